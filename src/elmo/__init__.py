@@ -1,0 +1,18 @@
+"""ELMo (Peters et al., NAACL 2018) in plain PyTorch: the exact biLM and the original model files."""
+
+from .bilm import BiLM, BiLMOutput, CharEncoder, LstmLayer, LstmStack, add_sentence_boundaries, remove_sentence_boundaries
+from .chars import batch_to_ids
+from .elmo_module import Elmo
+from .embedder import Embedder
+from .errors import ElmoError, InputError, ModelFileError
+from .models import ModelFiles, resolve_model
+from .options import BiLMConfig, read_options
+from .scalar_mix import ScalarMix
+from .weights import load_bilm, save_bilm
+
+__all__ = [
+    "BiLM", "BiLMOutput", "BiLMConfig", "CharEncoder", "Elmo", "ElmoError", "Embedder", "InputError", "LstmLayer",
+    "LstmStack", "ModelFileError", "ModelFiles", "ScalarMix", "add_sentence_boundaries", "batch_to_ids", "load_bilm",
+    "read_options", "remove_sentence_boundaries", "resolve_model", "save_bilm",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,362 @@
+"""The biLM as plain torch modules: character encoder, LSTM stacks with projection, both directions.
+
+Parameters are kept in the original file's layout and conventions (TensorFlow orientation `x @ W`,
+gate order i, j, f, o, forget bias +1 applied at run time), so loading and saving are copies and a
+saved model reloads bit for bit. Doc sections 4.1-4.8 give the math this file follows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .chars import BOS_IDS, EOS_IDS, N_CODES
+from .options import BiLMConfig
+
+LstmState = tuple[torch.Tensor, torch.Tensor]  # (c, h), each (rows, width)
+
+
+class CharEncoder(nn.Module):
+    """Token ids (N, 50) -> context-free token vectors (N, projection_dim): doc sections 4.1-4.4."""
+
+    def __init__(self, config: BiLMConfig, char_rows: int = N_CODES):
+        super().__init__()
+        self.config = config
+        d = config.char_dim
+        self.char_embed = nn.Parameter(torch.empty(char_rows, d))
+        self.conv_weights = nn.ParameterList(nn.Parameter(torch.empty(w, d, n)) for w, n in config.filters)
+        self.conv_biases = nn.ParameterList(nn.Parameter(torch.empty(n)) for _, n in config.filters)
+        nf = config.n_filters
+        self.highway_carry_w = nn.ParameterList(nn.Parameter(torch.empty(nf, nf)) for _ in range(config.n_highway))
+        self.highway_carry_b = nn.ParameterList(nn.Parameter(torch.empty(nf)) for _ in range(config.n_highway))
+        self.highway_transform_w = nn.ParameterList(nn.Parameter(torch.empty(nf, nf)) for _ in range(config.n_highway))
+        self.highway_transform_b = nn.ParameterList(nn.Parameter(torch.empty(nf)) for _ in range(config.n_highway))
+        if config.has_cnn_projection:
+            self.proj_w = nn.Parameter(torch.empty(nf, config.projection_dim))
+            self.proj_b = nn.Parameter(torch.empty(config.projection_dim))
+        else:
+            self.register_parameter("proj_w", None)
+            self.register_parameter("proj_b", None)
+        widest = max(w for w, _ in config.filters)
+        # Position p is a valid ("VALID" convolution) start for a width-w filter iff p <= 50 - w.
+        widths = torch.tensor([w for w, n in config.filters for _ in range(n)])
+        positions = torch.arange(config.max_chars).unsqueeze(1)
+        invalid = positions > config.max_chars - widths.unsqueeze(0)
+        self.register_buffer("_invalid_positions", invalid, persistent=False)
+        self._widest = widest
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Fresh weights as bilm-tf initialises them (carry bias -2 favours passing the input through)."""
+        nn.init.uniform_(self.char_embed, -1.0, 1.0)
+        if self.char_embed.shape[0] == N_CODES + 1:
+            self.char_embed[0].zero_()
+        for w, b in zip(self.conv_weights, self.conv_biases):
+            nn.init.uniform_(w, -0.05, 0.05)
+            b.zero_()
+        nf = self.config.n_filters
+        for k in range(self.config.n_highway):
+            nn.init.normal_(self.highway_carry_w[k], std=(1.0 / nf) ** 0.5)
+            nn.init.normal_(self.highway_transform_w[k], std=(1.0 / nf) ** 0.5)
+            self.highway_carry_b[k].fill_(-2.0)
+            self.highway_transform_b[k].zero_()
+        if self.proj_w is not None:
+            nn.init.normal_(self.proj_w, std=(1.0 / nf) ** 0.5)
+            self.proj_b.zero_()
+
+    def embedding_table(self) -> torch.Tensor:
+        """The inference table indexed by id: a zero row for id 0, then one row per code."""
+        if self.char_embed.shape[0] == N_CODES:
+            return torch.cat([self.char_embed.new_zeros(1, self.char_embed.shape[1]), self.char_embed])
+        return self.char_embed
+
+    def conv_matrix(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """All filter banks as one (widest * char_dim, n_filters) matrix, narrower kernels zero-padded."""
+        d = self.config.char_dim
+        blocks = [F.pad(w, (0, 0, 0, 0, 0, self._widest - w.shape[0])).reshape(self._widest * d, -1) for w in self.conv_weights]
+        return torch.cat(blocks, dim=1), torch.cat(list(self.conv_biases))
+
+    def forward(self, ids: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+        """ids (N, 50) -> (N, projection_dim). Runs in chunks of tokens to bound memory."""
+        if ids.shape[0] > chunk:
+            return torch.cat([self.forward(part, chunk) for part in ids.split(chunk)])
+        table = self.embedding_table()
+        x = F.embedding(ids, table)  # (N, 50, d)
+        n, length, d = x.shape
+        # im2col: one GEMM for every filter width (positions past a filter's end are masked below).
+        x = F.pad(x, (0, 0, 0, self._widest - 1))
+        patches = x.unfold(1, self._widest, 1).transpose(2, 3).reshape(n * length, self._widest * d)
+        weight, bias = self.conv_matrix()
+        y = torch.addmm(bias, patches, weight).view(n, length, -1)
+        y = y.masked_fill(self._invalid_positions, float("-inf")).amax(dim=1)
+        h = torch.relu(y) if self.config.activation == "relu" else torch.tanh(y)
+        for k in range(self.config.n_highway):
+            gate = torch.sigmoid(torch.addmm(self.highway_carry_b[k], h, self.highway_carry_w[k]))
+            transformed = torch.relu(torch.addmm(self.highway_transform_b[k], h, self.highway_transform_w[k]))
+            h = gate * transformed + (1.0 - gate) * h
+        if self.proj_w is not None:
+            h = torch.addmm(self.proj_b, h, self.proj_w)
+        return h
+
+
+class LstmLayer(nn.Module):
+    """TensorFlow's LSTMCell with projection and clipping (doc 4.5), run over a whole batch.
+
+    `W_0` rows are [layer input; previous h], its column blocks i | j | f | o; `B` is stored without
+    the forget bias, which is added here.
+    """
+
+    def __init__(self, input_dim: int, config: BiLMConfig):
+        super().__init__()
+        self.input_dim, self.cell_dim = input_dim, config.dim
+        self.out_dim = config.projection_dim
+        self.cell_clip, self.proj_clip = config.cell_clip, config.proj_clip
+        self.W_0 = nn.Parameter(torch.empty(input_dim + self.out_dim, 4 * config.dim))
+        self.B = nn.Parameter(torch.empty(4 * config.dim))
+        if config.has_lstm_projection:
+            self.W_P_0 = nn.Parameter(torch.empty(config.dim, config.projection_dim))
+        else:
+            self.register_parameter("W_P_0", None)
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        bound = (6.0 / (self.W_0.shape[0] + self.W_0.shape[1])) ** 0.5  # TF's glorot_uniform default
+        nn.init.uniform_(self.W_0, -bound, bound)
+        self.B.zero_()
+        if self.W_P_0 is not None:
+            bound = (6.0 / sum(self.W_P_0.shape)) ** 0.5
+            nn.init.uniform_(self.W_P_0, -bound, bound)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor, state: LstmState) -> tuple[torch.Tensor, LstmState]:
+        """x (B, T, input_dim) with rows sorted by descending length; returns (B, T, out_dim), final state.
+
+        Row b runs its first lengths[b] steps only; as rows end, the active batch shrinks, so no
+        work is spent on padding and each row's final state is the one after its last real step.
+        """
+        batch, steps, _ = x.shape
+        H = self.cell_dim
+        bias = self.B + self._forget_one()
+        pre = torch.addmm(bias, x.reshape(batch * steps, -1), self.W_0[: self.input_dim]).view(batch, steps, 4 * H)
+        w_h = self.W_0[self.input_dim :]
+        active = (lengths.unsqueeze(1) > torch.arange(steps, device=lengths.device)).sum(0).tolist()
+        c, h = state
+        outputs = []
+        for t in range(steps):
+            n = active[t]
+            if n == 0:
+                break
+            z = torch.addmm(pre[:n, t], h[:n], w_h)
+            i, j, f, o = z.chunk(4, dim=1)
+            c_t = torch.sigmoid(f) * c[:n] + torch.sigmoid(i) * torch.tanh(j)
+            if self.cell_clip is not None:
+                c_t = c_t.clamp(-self.cell_clip, self.cell_clip)
+            h_t = torch.sigmoid(o) * torch.tanh(c_t)
+            if self.W_P_0 is not None:
+                h_t = h_t @ self.W_P_0
+                if self.proj_clip is not None:
+                    h_t = h_t.clamp(-self.proj_clip, self.proj_clip)
+            c = c_t if n == batch else torch.cat([c_t, c[n:]])
+            h = h_t if n == batch else torch.cat([h_t, h[n:]])
+            outputs.append(h_t if n == batch else F.pad(h_t, (0, 0, 0, batch - n)))
+        while len(outputs) < steps:
+            outputs.append(x.new_zeros(batch, self.out_dim))
+        out = torch.stack(outputs, dim=1) if outputs else x.new_zeros(batch, 0, self.out_dim)
+        return out, (c, h)
+
+    def _forget_one(self) -> torch.Tensor:
+        one = torch.zeros_like(self.B)
+        one[2 * self.cell_dim : 3 * self.cell_dim] = 1.0
+        return one
+
+    def zero_state(self, rows: int, like: torch.Tensor) -> LstmState:
+        return like.new_zeros(rows, self.cell_dim), like.new_zeros(rows, self.out_dim)
+
+
+class LstmStack(nn.Module):
+    """One direction's stack of LSTM layers, with optional residuals and training-time input dropout.
+
+    Residual (doc 4.6): out_l = lstm_l(in_l) + in_l for l >= 2, where in_l is the (dropped-out)
+    output of the layer below; the recurrent state carries the un-summed LSTM output.
+    """
+
+    def __init__(self, config: BiLMConfig, dropout: float = 0.0):
+        super().__init__()
+        self.config = config
+        self.layers = nn.ModuleList(LstmLayer(config.projection_dim, config) for _ in range(config.n_layers))
+        self.dropout = dropout
+
+    def forward(
+        self, x: torch.Tensor, lengths: torch.Tensor, states: list[LstmState] | None = None
+    ) -> tuple[list[torch.Tensor], list[LstmState]]:
+        """x (B, T, P) sorted by descending length -> per-layer outputs (B, T, P) and final states."""
+        if states is None:
+            states = [layer.zero_state(x.shape[0], x) for layer in self.layers]
+        outputs, finals = [], []
+        inp = x
+        for k, (layer, state) in enumerate(zip(self.layers, states)):
+            if self.training and self.dropout > 0:
+                inp = F.dropout(inp, self.dropout, training=True)
+            out, final = layer(inp, lengths, state)
+            if k > 0 and self.config.use_skip_connections:
+                out = out + inp
+            outputs.append(out)
+            finals.append(final)
+            inp = out
+        return outputs, finals
+
+
+@dataclass
+class BiLMOutput:
+    """`layers`: L+1 tensors (B, T+2, 2P) including the <S>/</S> positions; `mask`: (B, T+2) bool."""
+
+    layers: list[torch.Tensor]
+    mask: torch.Tensor
+
+
+def add_sentence_boundaries(
+    x: torch.Tensor, mask: torch.Tensor, bos: torch.Tensor, eos: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Insert `bos` before and `eos` right after each row's tokens: (B, T, ...) -> (B, T+2, ...)."""
+    batch, steps = mask.shape
+    lengths = mask.sum(1)
+    out = x.new_zeros((batch, steps + 2) + tuple(x.shape[2:]))
+    out[:, 1 : steps + 1] = x
+    out[:, 0] = bos
+    out[torch.arange(batch, device=x.device), lengths + 1] = eos.to(out.dtype)
+    new_mask = torch.arange(steps + 2, device=mask.device).unsqueeze(0) < (lengths + 2).unsqueeze(1)
+    return out, new_mask
+
+
+def remove_sentence_boundaries(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drop the first and each row's last valid position: (B, T+2, ...) -> (B, T, ...) and mask."""
+    lengths = mask.sum(1) - 2
+    steps = x.shape[1] - 2
+    new_mask = torch.arange(steps, device=mask.device).unsqueeze(0) < lengths.unsqueeze(1)
+    out = x[:, 1 : steps + 1] * new_mask.view(new_mask.shape + (1,) * (x.dim() - 2)).to(x.dtype)
+    return out, new_mask
+
+
+def _reverse_index(lengths: torch.Tensor, steps: int) -> torch.Tensor:
+    """Index (B, T) that reverses each row's first lengths[b] steps and leaves padding in place."""
+    t = torch.arange(steps, device=lengths.device).unsqueeze(0)
+    rev = lengths.unsqueeze(1) - 1 - t
+    return torch.where(rev >= 0, rev, t)
+
+
+class BiLM(nn.Module):
+    """The bidirectional LM: shared char encoder, a forward and a backward LSTM stack.
+
+    Stateless by default (every call starts from zero state). With `stateful=True`, each batch row
+    keeps its final state for the next call, as the original tools do (doc 4.8).
+    """
+
+    def __init__(self, config: BiLMConfig, char_rows: int = N_CODES, stateful: bool = False):
+        super().__init__()
+        self.config = config
+        self.char_encoder = CharEncoder(config, char_rows)
+        self.forward_lstm = LstmStack(config)
+        self.backward_lstm = LstmStack(config)
+        self.stateful = stateful
+        self._states: dict[str, list[LstmState]] | None = None
+
+    def reset_states(self) -> None:
+        """Forget the stored per-row states: every row starts from zero again."""
+        self._states = None
+
+    @property
+    def num_layers(self) -> int:
+        return self.config.n_layers + 1
+
+    def output_dim(self) -> int:
+        return self.config.output_dim
+
+    def token_vectors(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Context-free vectors (B, T, P) for ids (B, T, 50): the encoder runs once per distinct token."""
+        flat = ids[mask]
+        out = ids.new_zeros(mask.shape + (self.config.projection_dim,), dtype=self.char_encoder.char_embed.dtype)
+        if flat.shape[0]:
+            unique, inverse = torch.unique(flat, dim=0, return_inverse=True)
+            out[mask] = self.char_encoder(unique)[inverse]
+        return out
+
+    def boundary_vectors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token vectors of <S> and </S>."""
+        ids = torch.stack([BOS_IDS, EOS_IDS]).to(self.char_encoder.char_embed.device)
+        bos, eos = self.char_encoder(ids)
+        return bos, eos
+
+    def forward(self, char_ids: torch.Tensor | None = None, token_vectors: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> BiLMOutput:
+        """Run the biLM on char ids (B, T, 50) without markers (zero rows = padding), or on
+        precomputed token vectors (B, T, P) with their mask. Markers are added here."""
+        if token_vectors is None:
+            if char_ids is None or char_ids.dim() != 3 or char_ids.shape[-1] != self.config.max_chars:
+                shape = None if char_ids is None else tuple(char_ids.shape)
+                raise ValueError(f"expected character ids of shape (batch, tokens, {self.config.max_chars}), found {shape}")
+            mask = (char_ids > 0).any(-1)
+            token_vectors = self.token_vectors(char_ids, mask)
+        elif mask is None:
+            raise ValueError("token_vectors needs its mask")
+        bos, eos = self.boundary_vectors()
+        x, mask = add_sentence_boundaries(token_vectors, mask, bos, eos)
+        x = x * mask.unsqueeze(-1).to(x.dtype)
+        return self.contextualize(x, mask)
+
+    def contextualize(self, x: torch.Tensor, mask: torch.Tensor) -> BiLMOutput:
+        """Token vectors with markers (B, T+2, P) -> all layers (doc 4.6-4.7)."""
+        batch, steps, _ = x.shape
+        lengths = mask.sum(1)
+        order = torch.argsort(lengths, descending=True, stable=True)
+        unsort = torch.argsort(order)
+        lengths_sorted = lengths[order]
+        x_sorted = x[order]
+        rev = _reverse_index(lengths_sorted, steps)
+        x_reversed = torch.gather(x_sorted, 1, rev.unsqueeze(-1).expand_as(x_sorted))
+
+        fwd_states, bwd_states = self._initial_states(batch, x, order)
+        fwd, fwd_final = self.forward_lstm(x_sorted, lengths_sorted, fwd_states)
+        bwd, bwd_final = self.backward_lstm(x_reversed, lengths_sorted, bwd_states)
+        if self.stateful:
+            self._store_states(fwd_final, bwd_final, unsort)
+
+        layers = [torch.cat([x, x], dim=-1)]
+        for f, b in zip(fwd, bwd):
+            b = torch.gather(b, 1, rev.unsqueeze(-1).expand_as(b))
+            layers.append(torch.cat([f, b], dim=-1)[unsort])
+        return BiLMOutput(layers=layers, mask=mask)
+
+    def _initial_states(self, batch: int, like: torch.Tensor, order: torch.Tensor):
+        if not self.stateful:
+            return None, None
+        if self._states is None:
+            self._states = {
+                "forward": [layer.zero_state(0, like) for layer in self.forward_lstm.layers],
+                "backward": [layer.zero_state(0, like) for layer in self.backward_lstm.layers],
+            }
+        picked = {}
+        for direction, states in self._states.items():
+            rows = []
+            for k, (c, h) in enumerate(states):
+                if c.shape[0] < batch:  # new rows start from zero
+                    c = torch.cat([c, c.new_zeros(batch - c.shape[0], c.shape[1])])
+                    h = torch.cat([h, h.new_zeros(batch - h.shape[0], h.shape[1])])
+                    states[k] = (c, h)
+                rows.append((c[:batch][order], h[:batch][order]))
+            picked[direction] = rows
+        return picked["forward"], picked["backward"]
+
+    def _store_states(self, fwd_final, bwd_final, unsort) -> None:
+        for direction, finals in (("forward", fwd_final), ("backward", bwd_final)):
+            states = self._states[direction]
+            for k, (c, h) in enumerate(finals):
+                old_c, old_h = states[k]
+                n = c.shape[0]
+                states[k] = (
+                    torch.cat([c.detach()[unsort], old_c[n:]]),
+                    torch.cat([h.detach()[unsort], old_h[n:]]),
+                )

@@ -1,0 +1,63 @@
+"""Character ids, exactly as bilm-tf's `Batcher` and AllenNLP's `batch_to_ids` make them.
+
+A token becomes 50 codes: begin-of-word, its UTF-8 bytes (at most 48), end-of-word, then the
+padding character. Every code is stored +1 so that id 0 can mean "no token here" (doc section 2).
+Any byte sequence is representable, so there is no out-of-vocabulary token.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Sequence
+
+import torch
+
+MAX_CHARS = 50
+BOS_CHAR = 256  # inside the <S> token
+EOS_CHAR = 257  # inside the </S> token
+BOW_CHAR = 258  # beginning of word
+EOW_CHAR = 259  # end of word
+PAD_CHAR = 260  # fills the unused slots of a token
+N_CODES = 261  # rows of the stored character table
+BOS_TOKEN = "<S>"
+EOS_TOKEN = "</S>"
+
+
+def _marker_codes(marker: int) -> list[int]:
+    return [BOW_CHAR, marker, EOW_CHAR] + [PAD_CHAR] * (MAX_CHARS - 3)
+
+
+@lru_cache(maxsize=1 << 16)
+def _token_ids(token: str) -> tuple[int, ...]:
+    if not isinstance(token, str):
+        raise TypeError(f"a token must be a str, found {type(token).__name__}: {token!r}")
+    if token == BOS_TOKEN:
+        codes = _marker_codes(BOS_CHAR)
+    elif token == EOS_TOKEN:
+        codes = _marker_codes(EOS_CHAR)
+    else:
+        data = token.encode("utf-8", "ignore")[: MAX_CHARS - 2]
+        codes = [BOW_CHAR, *data, EOW_CHAR] + [PAD_CHAR] * (MAX_CHARS - 2 - len(data))
+    return tuple(c + 1 for c in codes)
+
+
+def token_to_ids(token: str, shift: int = 1) -> list[int]:
+    """The 50 ids of one token; `shift=0` gives the unshifted training-time codes."""
+    ids = _token_ids(token)
+    return list(ids) if shift == 1 else [i - 1 + shift for i in ids]
+
+
+BOS_IDS = torch.tensor(_token_ids(BOS_TOKEN), dtype=torch.long)
+EOS_IDS = torch.tensor(_token_ids(EOS_TOKEN), dtype=torch.long)
+
+
+def batch_to_ids(sentences: Sequence[Sequence[str]]) -> torch.Tensor:
+    """(B, T, 50) int64 ids for tokenized sentences, right-padded with zero rows, no markers."""
+    if isinstance(sentences, (str, bytes)) or any(isinstance(s, (str, bytes)) for s in sentences):
+        raise TypeError("batch_to_ids expects a list of tokenized sentences (a list of lists of str)")
+    longest = max((len(s) for s in sentences), default=0)
+    ids = torch.zeros(len(sentences), longest, MAX_CHARS, dtype=torch.long)
+    for row, sentence in enumerate(sentences):
+        if sentence:
+            ids[row, : len(sentence)] = torch.tensor([_token_ids(t) for t in sentence], dtype=torch.long)
+    return ids

@@ -1,0 +1,123 @@
+"""`Embedder`: numpy vectors for tokenized sentences, for people who just want ELMo features."""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from .bilm import BiLM
+from .chars import batch_to_ids
+from .models import ModelFiles, resolve_model
+from .weights import load_bilm
+
+LAYER_CHOICES = ("all", "top", "average")
+
+
+def select_layers(layers: np.ndarray, choice: str) -> np.ndarray:
+    """(L+1, n, D) -> the requested view: all layers, the top one, or their unweighted mean."""
+    if choice == "all":
+        return layers
+    if choice == "top":
+        return layers[-1]
+    if choice == "average":
+        return layers.mean(axis=0)
+    raise ValueError(f"layers must be one of {LAYER_CHOICES}, found {choice!r}")
+
+
+class Embedder:
+    """Embed tokenized sentences with a frozen biLM; returns one (L+1, n, D) array per sentence.
+
+    Stateless (default): batches are sorted by length internally and results come back in input
+    order, identical to unsorted ones. Stateful: batches are taken in the given order and row r of a
+    batch continues row r of the previous one, as the original tools did.
+    """
+
+    def __init__(self, bilm: BiLM | None = None, device: str | torch.device = "cpu", batch_size: int = 64):
+        if bilm is None:
+            files = resolve_model("default")
+            bilm = load_bilm(files.options_file, files.weight_file)
+        self.device = torch.device(device)
+        self.bilm = bilm.to(self.device).eval()
+        self.batch_size = batch_size
+
+    @classmethod
+    def from_files(cls, options_file: str | os.PathLike, weight_file: str | os.PathLike, stateful: bool = False,
+                   **kwargs) -> "Embedder":
+        return cls(load_bilm(options_file, weight_file, stateful=stateful), **kwargs)
+
+    @classmethod
+    def from_model(cls, model: str | os.PathLike | ModelFiles = "default", stateful: bool = False, **kwargs) -> "Embedder":
+        """A bundled model by name ("default") or a model directory."""
+        files = model if isinstance(model, ModelFiles) else resolve_model(model)
+        return cls.from_files(files.options_file, files.weight_file, stateful=stateful, **kwargs)
+
+    @property
+    def stateful(self) -> bool:
+        return self.bilm.stateful
+
+    def reset_states(self) -> None:
+        self.bilm.reset_states()
+
+    @torch.no_grad()
+    def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """One forward pass over `sentences` as one batch (row r = sentences[r])."""
+        if not sentences:
+            return []
+        ids = batch_to_ids(sentences).to(self.device)
+        out = self.bilm(ids)
+        stacked = torch.stack(out.layers, dim=1)  # (B, L+1, T+2, D)
+        lengths = out.mask.sum(1) - 2
+        stacked = stacked.float().cpu().numpy()
+        return [stacked[b, :, 1 : 1 + int(n)].copy() for b, n in enumerate(lengths.tolist())]
+
+    def embed_sentences(self, sentences: Iterable[Sequence[str]], layers: str = "all",
+                        batch_size: int | None = None) -> Iterator[np.ndarray]:
+        """Yield one array per sentence, in input order: (L+1, n, D) for "all", (n, D) otherwise.
+
+        Reads the input lazily, a window of batches at a time, so memory stays bounded.
+        """
+        if layers not in LAYER_CHOICES:
+            raise ValueError(f"layers must be one of {LAYER_CHOICES}, found {layers!r}")
+        batch_size = batch_size or self.batch_size
+        window = batch_size if self.stateful else batch_size * 16
+        buffer: list[Sequence[str]] = []
+        for sentence in sentences:
+            buffer.append(sentence)
+            if len(buffer) == window:
+                yield from self._embed_window(buffer, layers, batch_size)
+                buffer = []
+        if buffer:
+            yield from self._embed_window(buffer, layers, batch_size)
+
+    def _embed_window(self, sentences: list[Sequence[str]], layers: str, batch_size: int) -> Iterator[np.ndarray]:
+        if self.stateful:
+            order = list(range(len(sentences)))
+        else:
+            order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]), reverse=True)
+        results: list[np.ndarray | None] = [None] * len(sentences)
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            for i, arr in zip(rows, self.embed_batch([sentences[i] for i in rows])):
+                results[i] = select_layers(arr, layers)
+        yield from results
+
+    def embed_sentence(self, sentence: Sequence[str], layers: str = "all") -> np.ndarray:
+        return select_layers(self.embed_batch([sentence])[0], layers)
+
+    def sentence_vectors(self, sentences: Sequence[Sequence[str]], layers: str = "average",
+                         batch_size: int | None = None) -> np.ndarray:
+        """One masked-mean vector per sentence: (N, L+1, D) for "all", (N, D) otherwise.
+
+        An empty sentence gives zeros.
+        """
+        vectors = []
+        for arr in self.embed_sentences(sentences, layers=layers, batch_size=batch_size):
+            n_axis = -2
+            if arr.shape[n_axis] == 0:
+                vectors.append(np.zeros(arr.shape[:n_axis] + arr.shape[n_axis + 1 :], dtype=arr.dtype))
+            else:
+                vectors.append(arr.mean(axis=n_axis))
+        return np.stack(vectors) if vectors else np.zeros((0, self.bilm.output_dim()), dtype=np.float32)

@@ -1,0 +1,53 @@
+"""Where model files live: a model directory, or a model bundled with the package, by name."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ModelFileError
+
+BUNDLED_DIR = Path(__file__).parent / "models"
+OPTIONS_NAME, WEIGHTS_NAME, VOCAB_NAME, SOFTMAX_NAME = "options.json", "weights.hdf5", "vocab.txt", "softmax.hdf5"
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """The files of one model; `vocab_file` and `softmax_file` exist only for LM scoring."""
+
+    options_file: Path
+    weight_file: Path
+    vocab_file: Path | None = None
+    softmax_file: Path | None = None
+
+    @classmethod
+    def from_dir(cls, directory: str | os.PathLike) -> "ModelFiles":
+        d = Path(directory)
+        if not d.is_dir():
+            raise ModelFileError(f"{d}: not a model directory")
+        for name in (OPTIONS_NAME, WEIGHTS_NAME):
+            if not (d / name).is_file():
+                raise ModelFileError(f"{d}: a model directory needs {OPTIONS_NAME} and {WEIGHTS_NAME}; {name} is missing")
+        optional = [d / n if (d / n).is_file() else None for n in (VOCAB_NAME, SOFTMAX_NAME)]
+        return cls(d / OPTIONS_NAME, d / WEIGHTS_NAME, *optional)
+
+
+def bundled_models() -> list[str]:
+    if not BUNDLED_DIR.is_dir():
+        return []
+    return sorted(p.name for p in BUNDLED_DIR.iterdir() if (p / WEIGHTS_NAME).is_file())
+
+
+def resolve_model(name_or_dir: str | os.PathLike) -> ModelFiles:
+    """A bundled model's name (e.g. "default") or a model directory -> its files."""
+    text = os.fspath(name_or_dir)
+    if os.path.isdir(text):
+        return ModelFiles.from_dir(text)
+    if (BUNDLED_DIR / text / WEIGHTS_NAME).is_file():
+        return ModelFiles.from_dir(BUNDLED_DIR / text)
+    available = bundled_models()
+    raise ModelFileError(
+        f"{text}: neither a model directory nor a bundled model "
+        f"(bundled: {', '.join(available) if available else 'none in this installation'})"
+    )

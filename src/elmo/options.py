@@ -1,0 +1,152 @@
+"""options.json: the biLM's hyper-parameters (doc section 3.1), read and checked once."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from .chars import MAX_CHARS
+from .errors import ModelFileError
+from .fileio import atomic_path
+
+
+@dataclass(frozen=True)
+class BiLMConfig:
+    """The architecture an options.json describes. `raw` keeps every key, training ones included."""
+
+    char_dim: int
+    filters: tuple[tuple[int, int], ...]
+    n_highway: int
+    activation: str
+    max_chars: int
+    dim: int
+    projection_dim: int
+    n_layers: int
+    cell_clip: float | None
+    proj_clip: float | None
+    use_skip_connections: bool
+    raw: dict
+
+    @property
+    def n_filters(self) -> int:
+        return sum(n for _, n in self.filters)
+
+    @property
+    def has_cnn_projection(self) -> bool:
+        return self.n_filters != self.projection_dim
+
+    @property
+    def has_lstm_projection(self) -> bool:
+        return self.projection_dim != self.dim
+
+    @property
+    def output_dim(self) -> int:
+        """Width of every output layer: [forward; backward]."""
+        return 2 * self.projection_dim
+
+    def to_options(self) -> dict:
+        return copy.deepcopy(self.raw)
+
+    @classmethod
+    def from_options(cls, options: Any, source: str = "options") -> "BiLMConfig":
+        def fail(what: str) -> ModelFileError:
+            return ModelFileError(f"{source}: {what}")
+
+        def section(name: str) -> dict:
+            value = options.get(name)
+            if not isinstance(value, dict):
+                raise fail(f"expected an object '{name}', found {type(value).__name__ if value is not None else 'nothing'}")
+            return value
+
+        def positive_int(sec: dict, key: str, where: str, default: Any = ...) -> int:
+            value = sec.get(key, default)
+            if value is ...:
+                raise fail(f"missing key '{where}.{key}'")
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise fail(f"'{where}.{key}' must be a positive integer, found {value!r}")
+            return value
+
+        def clip(sec: dict, key: str) -> float | None:
+            value = sec.get(key)
+            if value is None or value == 0:  # AllenNLP's convention: absent, null or 0 means no clip
+                return None
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise fail(f"'lstm.{key}' must be a non-negative number or null, found {value!r}")
+            return float(value)
+
+        if not isinstance(options, dict):
+            raise fail(f"expected a JSON object, found {type(options).__name__}")
+        lstm, cnn = section("lstm"), section("char_cnn")
+        embedding = cnn.get("embedding")
+        if not isinstance(embedding, dict):
+            raise fail("missing object 'char_cnn.embedding' (with key 'dim')")
+        filters = cnn.get("filters")
+        if (
+            not isinstance(filters, list)
+            or not filters
+            or not all(isinstance(f, (list, tuple)) and len(f) == 2 for f in filters)
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for f in filters for x in f)
+        ):
+            raise fail(f"'char_cnn.filters' must be a non-empty list of [width, count] pairs, found {filters!r}")
+        max_chars = positive_int(cnn, "max_characters_per_token", "char_cnn", MAX_CHARS)
+        if max_chars != MAX_CHARS:
+            raise fail(f"'char_cnn.max_characters_per_token' must be {MAX_CHARS}, found {max_chars}")
+        widest = max(w for w, _ in filters)
+        if widest > max_chars:
+            raise fail(f"filter width {widest} is wider than a token ({max_chars} characters)")
+        activation = cnn.get("activation", "relu")
+        if activation not in ("relu", "tanh"):
+            raise fail(f"'char_cnn.activation' must be 'relu' or 'tanh', found {activation!r}")
+        n_characters = cnn.get("n_characters", 262)
+        if n_characters not in (261, 262):
+            raise fail(f"'char_cnn.n_characters' must be 261 or 262, found {n_characters!r}")
+        n_highway = cnn.get("n_highway") or 0
+        if isinstance(n_highway, bool) or not isinstance(n_highway, int) or n_highway < 0:
+            raise fail(f"'char_cnn.n_highway' must be a non-negative integer, found {n_highway!r}")
+        skip = lstm.get("use_skip_connections", False)
+        if not isinstance(skip, bool):
+            raise fail(f"'lstm.use_skip_connections' must be true or false, found {skip!r}")
+        dim = positive_int(lstm, "dim", "lstm")
+        return cls(
+            char_dim=positive_int(embedding, "dim", "char_cnn.embedding"),
+            filters=tuple((int(w), int(n)) for w, n in filters),
+            n_highway=n_highway,
+            activation=activation,
+            max_chars=max_chars,
+            dim=dim,
+            projection_dim=positive_int(lstm, "projection_dim", "lstm", dim),
+            n_layers=positive_int(lstm, "n_layers", "lstm", 1),
+            cell_clip=clip(lstm, "cell_clip"),
+            proj_clip=clip(lstm, "proj_clip"),
+            use_skip_connections=skip,
+            raw=copy.deepcopy(options),
+        )
+
+
+def read_options(path: str | os.PathLike) -> BiLMConfig:
+    """Parse and check an options.json file; errors name the file and the problem."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise ModelFileError(f"{path}: options file not found") from None
+    except IsADirectoryError:
+        raise ModelFileError(f"{path}: expected an options.json file, found a directory") from None
+    except UnicodeDecodeError as e:
+        raise ModelFileError(f"{path}: not a JSON options file (not UTF-8 text: {e.reason} at byte {e.start})") from None
+    try:
+        options = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ModelFileError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    return BiLMConfig.from_options(options, source=path)
+
+
+def write_options(config: BiLMConfig | dict, path: str | os.PathLike) -> None:
+    options = config.to_options() if isinstance(config, BiLMConfig) else config
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        json.dump(options, f, indent=2)
+        f.write("\n")

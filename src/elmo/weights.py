@@ -1,0 +1,126 @@
+"""weights.hdf5 in the original layout (doc section 3.2), read and written by one name map."""
+
+from __future__ import annotations
+
+import os
+
+import h5py
+import numpy as np
+import torch
+
+from .bilm import BiLM
+from .chars import N_CODES
+from .errors import ModelFileError
+from .fileio import atomic_path
+from .options import BiLMConfig, read_options, write_options
+
+
+def dataset_map(bilm: BiLM) -> dict[str, tuple[torch.Tensor, tuple[int, ...]]]:
+    """Every weights.hdf5 dataset name -> (the parameter holding it, its shape in the file)."""
+    enc = bilm.char_encoder
+    names: dict[str, tuple[torch.Tensor, tuple[int, ...]]] = {"char_embed": (enc.char_embed, tuple(enc.char_embed.shape))}
+    for i, (w, b) in enumerate(zip(enc.conv_weights, enc.conv_biases)):
+        names[f"CNN/W_cnn_{i}"] = (w, (1,) + tuple(w.shape))
+        names[f"CNN/b_cnn_{i}"] = (b, tuple(b.shape))
+    for k in range(bilm.config.n_highway):
+        for key, param in (
+            ("W_carry", enc.highway_carry_w[k]),
+            ("b_carry", enc.highway_carry_b[k]),
+            ("W_transform", enc.highway_transform_w[k]),
+            ("b_transform", enc.highway_transform_b[k]),
+        ):
+            names[f"CNN_high_{k}/{key}"] = (param, tuple(param.shape))
+    if enc.proj_w is not None:
+        names["CNN_proj/W_proj"] = (enc.proj_w, tuple(enc.proj_w.shape))
+        names["CNN_proj/b_proj"] = (enc.proj_b, tuple(enc.proj_b.shape))
+    for d, stack in enumerate((bilm.forward_lstm, bilm.backward_lstm)):
+        for l, layer in enumerate(stack.layers):
+            prefix = f"RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell"
+            for key in ("W_0", "B", "W_P_0"):
+                param = getattr(layer, key)
+                if param is not None:
+                    names[f"{prefix}/{key}"] = (param, tuple(param.shape))
+    return names
+
+
+def _list_datasets(f: h5py.File) -> list[str]:
+    found: list[str] = []
+    f.visititems(lambda name, obj: found.append(name) if isinstance(obj, h5py.Dataset) else None)
+    return found
+
+
+def _open_hdf5(path: str) -> h5py.File:
+    if os.path.isdir(path):
+        raise ModelFileError(f"{path}: expected a weights.hdf5 file, found a directory")
+    if not os.path.exists(path):
+        raise ModelFileError(f"{path}: weight file not found")
+    try:
+        return h5py.File(path, "r")
+    except OSError as e:
+        raise ModelFileError(f"{path}: not an HDF5 weight file ({e})") from None
+
+
+def load_bilm(options_file: str | os.PathLike | BiLMConfig, weight_file: str | os.PathLike | None,
+              stateful: bool = False) -> BiLM:
+    """Build a BiLM from options.json and fill it from weights.hdf5 (or fresh weights if None).
+
+    Shapes are checked against the options: a missing, extra or misshapen dataset is an error that
+    names the file, the dataset, and the expected and found shapes.
+    """
+    config = options_file if isinstance(options_file, BiLMConfig) else read_options(options_file)
+    if weight_file is None:
+        return BiLM(config, stateful=stateful)
+    path = os.fspath(weight_file)
+    with _open_hdf5(path) as f:
+        present = set(_list_datasets(f))
+        rows = f["char_embed"].shape[0] if "char_embed" in present else N_CODES
+        if rows not in (N_CODES, N_CODES + 1):
+            raise ModelFileError(
+                f"{path}: dataset 'char_embed' has {rows} rows, expected {N_CODES} (the stored codes) "
+                f"or {N_CODES + 1} (with the zero padding row first); found shape {f['char_embed'].shape}"
+            )
+        bilm = BiLM(config, char_rows=rows, stateful=stateful)
+        expected = dataset_map(bilm)
+        missing = [name for name in expected if name not in present]
+        if missing:
+            raise ModelFileError(
+                f"{path}: missing dataset '{missing[0]}' (expected shape {expected[missing[0]][1]})"
+                + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
+                + "; do the options and the weights belong to the same model?"
+            )
+        extra = sorted(present - set(expected))
+        if extra:
+            raise ModelFileError(
+                f"{path}: dataset '{extra[0]}' is not part of the model the options describe"
+                + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else "")
+                + f"; options: {len(config.filters)} filter banks, {config.n_highway} highway layers, "
+                f"{config.n_layers} LSTM layers, projection {'yes' if config.has_lstm_projection else 'no'}"
+            )
+        with torch.no_grad():
+            for name, (param, shape) in expected.items():
+                ds = f[name]
+                if tuple(ds.shape) != shape:
+                    raise ModelFileError(
+                        f"{path}: dataset '{name}' has shape {tuple(ds.shape)}, expected {shape} from the options"
+                    )
+                data = ds[...]
+                if not np.issubdtype(data.dtype, np.floating):
+                    raise ModelFileError(f"{path}: dataset '{name}' has dtype {data.dtype}, expected float32")
+                if not np.isfinite(data).all():
+                    raise ModelFileError(f"{path}: dataset '{name}' contains NaN or infinite values")
+                param.copy_(torch.from_numpy(data.astype(np.float32, copy=False)).reshape(param.shape))
+    return bilm
+
+
+def save_weights(bilm: BiLM, weight_file: str | os.PathLike) -> None:
+    """Write weights.hdf5 in the original layout: float32, contiguous, no attributes, no softmax."""
+    with atomic_path(weight_file) as tmp:
+        with h5py.File(tmp, "w") as f:
+            for name, (param, shape) in dataset_map(bilm).items():
+                f.create_dataset(name, data=param.detach().to("cpu", torch.float32).numpy().reshape(shape))
+
+
+def save_bilm(bilm: BiLM, options_file: str | os.PathLike, weight_file: str | os.PathLike) -> None:
+    """Write options.json + weights.hdf5 so that `load_bilm` gives back identical outputs."""
+    write_options(bilm.config, options_file)
+    save_weights(bilm, weight_file)

@@ -1,0 +1,39 @@
+"""Shared paths. Data and fixtures are read from ../shared beside the checkout, never copied in."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("ELMO_SHARED", REPO.parent / "shared"))
+FIXTURES = SHARED / "fixtures"
+ALLENNLP = FIXTURES / "allennlp-elmo"
+BILM_TF = FIXTURES / "bilm-tf-model"
+DATA = SHARED / "data"
+
+
+def need(path: Path) -> Path:
+    """Skip (with the reason) when a shared file is absent; CI has ../shared, so there it runs."""
+    if not path.exists():
+        pytest.skip(f"needs {path} (the project's shared fixtures/data beside the checkout)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def allennlp_dir() -> Path:
+    return need(ALLENNLP)
+
+
+@pytest.fixture(scope="session")
+def bilm_tf_dir() -> Path:
+    return need(BILM_TF)
+
+
+@pytest.fixture(scope="session")
+def fixture_sentences(allennlp_dir) -> list[list[str]]:
+    """The 3 lists of 10 sentences; batch i is [lists[0][i], lists[1][i], lists[2][i]]."""
+    return json.loads((allennlp_dir / "sentences.json").read_text())
