@@ -6,19 +6,20 @@ Each command group lives in its own module with a `register(subparsers)` functio
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from ..errors import ElmoError
-from . import embed
 
-COMMAND_MODULES = [embed]
+# One module per command group, each with register(subparsers); add new groups here.
+COMMAND_MODULES = ["embed"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="elmo", description="ELMo: deep contextualized word representations.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in COMMAND_MODULES:
-        module.register(sub)
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"{__name__}.{name}").register(sub)
     return parser
 
 
