@@ -1,0 +1,126 @@
+"""The fast biLM against the plain reference, on odd architectures; state and boundary handling."""
+
+import pytest
+import torch
+
+from elmo import BiLMConfig, batch_to_ids, remove_sentence_boundaries
+from elmo.bilm import BiLM
+
+from reference import bilm_sentence, char_encoder
+
+SENTENCES = [
+    "The bank raised interest rates .".split(),
+    [],
+    "We sat on the bank of the river and watched the water for a long while".split(),
+    ["a•", "ünïcödé", "x" * 70, "日本語"],
+    ["one"],
+]
+
+
+def make_config(**overrides) -> BiLMConfig:
+    options = {
+        "lstm": {"dim": 24, "projection_dim": 8, "n_layers": 2, "cell_clip": 3, "proj_clip": 3,
+                 "use_skip_connections": True},
+        "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 4], [2, 6], [3, 8], [7, 5]], "n_highway": 2,
+                     "activation": "relu", "n_characters": 262, "max_characters_per_token": 50},
+    }
+    for key, value in overrides.items():
+        section, name = key.split(".")
+        options[section][name] = value
+    return BiLMConfig.from_options(options)
+
+
+ARCHITECTURES = {
+    "default": {},
+    "no_skip": {"lstm.use_skip_connections": False},
+    "tanh_no_highway": {"char_cnn.activation": "tanh", "char_cnn.n_highway": 0},
+    "no_projections": {"lstm.projection_dim": 24, "lstm.dim": 24, "char_cnn.filters": [[1, 10], [3, 14]]},
+    "three_layers_no_clip": {"lstm.n_layers": 3, "lstm.cell_clip": None, "lstm.proj_clip": None},
+}
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_fast_path_equals_reference(arch):
+    torch.manual_seed(0)
+    bilm = BiLM(make_config(**ARCHITECTURES[arch])).eval()
+    with torch.no_grad():
+        for p in bilm.parameters():  # exercise the clips and gates with large values
+            p.mul_(3.0)
+        out = bilm(batch_to_ids(SENTENCES))
+        for row, sentence in enumerate(SENTENCES):
+            expected = bilm_sentence(bilm, batch_to_ids([sentence])[0, : len(sentence)])
+            n = len(sentence) + 2
+            for k, layer in enumerate(out.layers):
+                torch.testing.assert_close(layer[row, :n], expected[k], atol=1e-5, rtol=1e-5)
+                assert (layer[row, n:] == 0).all()
+
+
+def test_char_cnn_gemm_equals_conv1d():
+    torch.manual_seed(1)
+    bilm = BiLM(make_config())
+    ids = batch_to_ids([["a", "bb", "x" * 49, "", "<S>", "</S>", "ok"]])[0]
+    with torch.no_grad():
+        torch.testing.assert_close(bilm.char_encoder(ids, chunk=3), char_encoder(bilm.char_encoder, ids), atol=1e-6, rtol=1e-6)
+
+
+def test_stateless_vectors_do_not_depend_on_batch_neighbours_or_order():
+    torch.manual_seed(2)
+    bilm = BiLM(make_config()).eval()
+    with torch.no_grad():
+        together = bilm(batch_to_ids(SENTENCES))
+        top, mask = remove_sentence_boundaries(together.layers[2], together.mask)
+        for row, sentence in enumerate(SENTENCES):
+            alone = bilm(batch_to_ids([sentence]))
+            alone_top, _ = remove_sentence_boundaries(alone.layers[2], alone.mask)
+            torch.testing.assert_close(top[row, : len(sentence)], alone_top[0], atol=1e-6, rtol=0)
+        reordered = bilm(batch_to_ids(SENTENCES[::-1]))
+        rtop, _ = remove_sentence_boundaries(reordered.layers[2], reordered.mask)
+        torch.testing.assert_close(rtop.flip(0)[:, : top.shape[1]], top, atol=1e-6, rtol=0)
+        again = bilm(batch_to_ids(SENTENCES))
+        assert torch.equal(again.layers[2], together.layers[2])
+
+
+def test_stateful_rows_carry_state_and_reset():
+    torch.manual_seed(3)
+    bilm = BiLM(make_config(), stateful=True).eval()
+    ids = batch_to_ids(SENTENCES[:3])
+    with torch.no_grad():
+        first = bilm(ids).layers[2]
+        second = bilm(ids).layers[2]
+        assert not torch.allclose(first, second)  # the state carried over
+        # a smaller batch leaves the higher rows' state alone; a larger one resumes them
+        stored = [s.clone() for s in bilm._states["forward"][0]]
+        bilm(batch_to_ids(SENTENCES[:1]))
+        assert torch.equal(bilm._states["forward"][0][0][1:], stored[0][1:])
+        bilm.reset_states()
+        assert torch.equal(bilm(ids).layers[2], first)
+
+
+def test_stateful_row_equals_its_own_stream():
+    """Row r of a stateful batch depends only on row r's history (rows never interact)."""
+    torch.manual_seed(4)
+    batched = BiLM(make_config(), stateful=True).eval()
+    alone = BiLM(make_config(), stateful=True).eval()
+    alone.load_state_dict(batched.state_dict())
+    batches = [SENTENCES[:3], SENTENCES[2:5], SENTENCES[1:4]]
+    with torch.no_grad():
+        outs = [batched(batch_to_ids(b)).layers[1] for b in batches]
+        for i, b in enumerate(batches):
+            got = alone(batch_to_ids([b[0]])).layers[1]
+            n = got.shape[1]
+            torch.testing.assert_close(outs[i][0, :n], got[0], atol=1e-6, rtol=0)
+
+
+def test_all_empty_batch_gives_zero_length_outputs():
+    bilm = BiLM(make_config()).eval()
+    with torch.no_grad():
+        out = bilm(batch_to_ids([[], []]))
+    assert out.layers[0].shape == (2, 2, 16) and out.mask.sum().item() == 4
+    top, mask = remove_sentence_boundaries(out.layers[2], out.mask)
+    assert top.shape == (2, 0, 16) and mask.shape == (2, 0)
+
+
+def test_wrong_input_shape_is_refused():
+    bilm = BiLM(make_config())
+    with pytest.raises(ValueError, match=r"expected character ids of shape \(batch, tokens, 50\)"):
+        bilm(torch.zeros(2, 3, 49, dtype=torch.long))

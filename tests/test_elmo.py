@@ -1,0 +1,132 @@
+"""`Elmo` and `ScalarMix` semantics (AllenNLP's), and the `Embedder`."""
+
+import numpy as np
+import pytest
+import torch
+
+from elmo import Elmo, Embedder, ScalarMix, batch_to_ids, load_bilm, remove_sentence_boundaries
+
+SENTENCES = [["The", "bank", "raised", "rates", "."], ["Hi"], [], ["We", "sat", "by", "the", "river", "bank"]]
+
+
+@pytest.fixture
+def elmo_files(allennlp_dir):
+    return allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5"
+
+
+def test_two_representations_equal_hand_weighted_sums(elmo_files):
+    elmo = Elmo(*elmo_files, num_output_representations=2, dropout=0.0)
+    with torch.no_grad():
+        elmo.scalar_mixes[0].scalar_parameters.copy_(torch.tensor([0.3, -1.0, 2.0]))
+        elmo.scalar_mixes[0].gamma.fill_(1.7)
+        elmo.scalar_mixes[1].scalar_parameters.copy_(torch.tensor([-2.0, 1.0, 0.0]))
+        elmo.scalar_mixes[1].gamma.fill_(0.4)
+    ids = batch_to_ids(SENTENCES)
+    out = elmo(ids)
+    with torch.no_grad():
+        raw = elmo.bilm(ids)
+        layers = [remove_sentence_boundaries(t, raw.mask)[0] for t in raw.layers]
+    for mix, rep in zip(elmo.scalar_mixes, out["elmo_representations"]):
+        s = torch.softmax(mix.scalar_parameters.detach(), 0)
+        expected = mix.gamma.detach() * (s[0] * layers[0] + s[1] * layers[1] + s[2] * layers[2])
+        torch.testing.assert_close(rep.detach(), expected, atol=1e-6, rtol=1e-6)
+        assert rep.shape == (4, 6, 32)
+    assert out["mask"].tolist() == [[True] * 5 + [False], [True] + [False] * 5, [False] * 6, [True] * 6]
+    assert elmo.get_output_dim() == 32
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_gradients_reach_mix_and_bilm_only_when_asked(elmo_files, requires_grad):
+    elmo = Elmo(*elmo_files, num_output_representations=1, dropout=0.0, requires_grad=requires_grad)
+    elmo(batch_to_ids(SENTENCES))["elmo_representations"][0].sum().backward()
+    mix = elmo.scalar_mixes[0]
+    assert mix.scalar_parameters.grad is not None and mix.gamma.grad is not None
+    assert mix.scalar_parameters.grad.abs().sum() > 0
+    bilm_grads = [p.grad for p in elmo.bilm.parameters()]
+    if requires_grad:
+        assert all(g is not None for g in bilm_grads) and sum(g.abs().sum() for g in bilm_grads) > 0
+    else:
+        assert all(g is None for g in bilm_grads) and not any(p.requires_grad for p in elmo.bilm.parameters())
+
+
+def test_fixed_scalar_mix_parameters_select_a_layer_and_are_not_trained(elmo_files):
+    elmo = Elmo(*elmo_files, 1, dropout=0.0, scalar_mix_parameters=[-9e10, 1.0, -9e10])
+    ids = batch_to_ids(SENTENCES)
+    rep = elmo(ids)["elmo_representations"][0]
+    raw = elmo.bilm(ids)
+    torch.testing.assert_close(rep, remove_sentence_boundaries(raw.layers[1], raw.mask)[0])
+    assert not any(p.requires_grad for p in elmo.scalar_mixes[0].parameters())
+
+
+def test_layer_norm_uses_unmasked_statistics_including_markers(elmo_files):
+    elmo = Elmo(*elmo_files, 1, dropout=0.0, do_layer_norm=True, keep_sentence_boundaries=True)
+    ids = batch_to_ids(SENTENCES)
+    out = elmo(ids)
+    raw = elmo.bilm(ids)
+    m = raw.mask.unsqueeze(-1).float()
+    expected = 0
+    for t in raw.layers:
+        n = m.sum() * t.shape[-1]
+        mean = (t * m).sum() / n
+        var = (((t * m) - mean) * m).pow(2).sum() / n
+        expected = expected + (t - mean) / torch.sqrt(var + 1e-13) / 3
+    torch.testing.assert_close(out["elmo_representations"][0], expected, atol=1e-5, rtol=1e-5)
+    assert torch.equal(out["mask"], raw.mask)
+
+
+def test_four_dimensional_input_is_flattened_and_restored(elmo_files):
+    elmo = Elmo(*elmo_files, 1, dropout=0.0)
+    ids = batch_to_ids(SENTENCES)
+    out4 = elmo(ids.view(2, 2, *ids.shape[1:]))
+    out3 = elmo(ids)
+    assert out4["elmo_representations"][0].shape == (2, 2, 6, 32) and out4["mask"].shape == (2, 2, 6)
+    torch.testing.assert_close(out4["elmo_representations"][0].reshape(4, 6, 32), out3["elmo_representations"][0])
+
+
+def test_dropout_is_active_in_training_mode_only(elmo_files):
+    elmo = Elmo(*elmo_files, 1)  # default dropout 0.5, as AllenNLP
+    ids = batch_to_ids(SENTENCES)
+    a, b = elmo(ids)["elmo_representations"][0], elmo(ids)["elmo_representations"][0]
+    assert not torch.equal(a, b)
+    elmo.eval()
+    assert torch.equal(elmo(ids)["elmo_representations"][0], elmo(ids)["elmo_representations"][0])
+
+
+def test_scalar_mix_rejects_wrong_sizes():
+    with pytest.raises(ValueError, match="initial_scalar_parameters has 2 values, expected 3"):
+        ScalarMix(3, initial_scalar_parameters=[0.0, 1.0])
+    with pytest.raises(ValueError, match="expects 3 tensors, found 2"):
+        ScalarMix(3)([torch.zeros(1), torch.zeros(1)])
+
+
+def test_embedder_sorted_batches_equal_unsorted(elmo_files):
+    emb = Embedder.from_files(*elmo_files)
+    many = SENTENCES * 5 + [["a"] * 30]
+    sorted_internally = list(emb.embed_sentences(many, batch_size=4))
+    one_by_one = [emb.embed_batch([s])[0] for s in many]
+    assert len(sorted_internally) == len(many)
+    for got, ref, s in zip(sorted_internally, one_by_one, many):
+        assert got.shape == (3, len(s), 32)
+        np.testing.assert_allclose(got, ref, atol=1e-6, rtol=0)
+
+
+def test_embedder_layer_choices_and_sentence_vectors(elmo_files):
+    emb = Embedder.from_files(*elmo_files)
+    full = emb.embed_sentence(SENTENCES[0])
+    np.testing.assert_array_equal(emb.embed_sentence(SENTENCES[0], layers="top"), full[2])
+    np.testing.assert_allclose(emb.embed_sentence(SENTENCES[0], layers="average"), full.mean(0), atol=1e-7)
+    vectors = emb.sentence_vectors(SENTENCES)
+    assert vectors.shape == (4, 32)
+    np.testing.assert_allclose(vectors[0], full.mean(0).mean(0), atol=1e-6)
+    assert (vectors[2] == 0).all()  # the empty sentence
+    with pytest.raises(ValueError, match="layers must be one of"):
+        list(emb.embed_sentences(SENTENCES, layers="bottom"))
+
+
+def test_embedder_layer0_is_the_duplicated_token_layer(elmo_files):
+    bilm = load_bilm(*elmo_files)
+    emb = Embedder(bilm)
+    arr = emb.embed_sentence(["bank"])
+    with torch.no_grad():
+        token = bilm.char_encoder(batch_to_ids([["bank"]])[0]).numpy()
+    np.testing.assert_allclose(arr[0], np.concatenate([token, token], axis=1), atol=1e-6)
