@@ -1,0 +1,98 @@
+"""`elmo lab`: start the local web lab (the paper's demonstrations) and print its URL."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import threading
+import webbrowser
+
+from ..errors import InputError
+
+SIZES = {"small": (40, 150, 4), "default": (150, 400, 12), "large": (600, 1200, 30)}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("lab", help="start the interactive lab (the paper's demonstrations) in the browser",
+                       description="Serve the lab page on 127.0.0.1 and print its URL. Every number on it is "
+                       "computed by the model given here. Needs the lab extra: pip install 'elmo-bilm[lab]'.")
+    p.add_argument("--model", default=None, help="bundled model name or model directory (default: the bundled model)")
+    p.add_argument("--options", help="options.json (with --weights, instead of --model)")
+    p.add_argument("--weights", help="weights.hdf5 (with --options)")
+    p.add_argument("--vocab", help="vocabulary for the LM predictions (default: the model directory's vocab.txt)")
+    p.add_argument("--softmax", help="softmax weights, HDF5 with W (V, P) and b (V,) (default: softmax.hdf5)")
+    p.add_argument("--ner", metavar="PATH", help="NER tagger trained with ELMo (panel 4)")
+    p.add_argument("--ner-baseline", metavar="PATH", help="NER tagger trained without ELMo (panel 4)")
+    p.add_argument("--preset", action="append", default=[], metavar="NAME=PATH",
+                   help="a learned layer mix for panel 3: a task model folder or JSON with scalar_parameters "
+                   "and gamma (repeatable)")
+    p.add_argument("--results", metavar="FILE", help="measured results for panel 7 (default: docs/results.json)")
+    p.add_argument("--data", metavar="DIR", help="the shared data folder (default: ../shared/data beside the checkout)")
+    p.add_argument("--reference-size", choices=sorted(SIZES), default="default",
+                   help="how many real sentences to embed for neighbours and panel 5 (cached after the first start)")
+    p.add_argument("--cache-dir", help="where the embedded reference set is cached (default: ~/.cache/elmo/lab)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=int, default=8765, help="port (default: 8765; 0 picks a free one)")
+    p.add_argument("--no-browser", action="store_true", help="only print the URL")
+    p.set_defaults(func=run)
+
+
+def parse_presets(items: list[str]) -> list[tuple[str, str]]:
+    out = []
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise InputError(f"--preset {item!r}: expected NAME=PATH, e.g. POS=runs/pos")
+        out.append((name, path))
+    return out
+
+
+def bind(host: str, port: int) -> socket.socket:
+    if not 0 <= port <= 65535:
+        raise InputError(f"--port {port}: must be between 0 and 65535")
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as e:
+        raise InputError(f"cannot listen on {host}:{port} ({e.strerror or e}); try another --port") from e
+    sock.listen(64)
+    return sock
+
+
+def can_show_browser() -> bool:
+    """Only open a browser where one can appear (a console browser would take over the terminal)."""
+    return sys.platform in ("darwin", "win32") or bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from ..lab.app import create_app
+    except ImportError as e:
+        raise InputError(f"elmo lab needs its web extra ({e.name} is missing): pip install 'elmo-bilm[lab]'") from e
+    from ..lab import LabModels, ReferenceSpec, build_reference
+    from ..lab.corpora import find_data_dir
+
+    data = find_data_dir(args.data)
+    if args.data and data is None:
+        raise InputError(f"--data {args.data}: not a folder")
+    lab = LabModels.load(args.model, args.options, args.weights, args.vocab, args.softmax, args.ner,
+                         args.ner_baseline, parse_presets(args.preset), args.results, data)
+    sock = bind(args.host, args.port)
+    wiki, pos, per_sense = SIZES[args.reference_size]
+    ref = build_reference(lab.bilm, data, ReferenceSpec(wiki, pos, per_sense), args.cache_dir)
+    app = create_app(lab, ref)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}/"
+    print(f"elmo lab: {lab.name} at {url}  (Ctrl+C to stop)", flush=True)
+    if not args.no_browser and can_show_browser():
+        threading.Timer(1.0, webbrowser.open, args=(url,)).start()
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    server.run(sockets=[sock])
+    return 0

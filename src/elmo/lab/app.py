@@ -1,0 +1,118 @@
+"""The lab's web app (Starlette): the page, its static files, and one JSON endpoint per panel.
+
+The model and the reference set are loaded before the app is made and only read afterwards, so
+requests share nothing else. Model work runs in a worker thread, never on the event loop. Every
+error is JSON, `{"error": "..."}`, with a 4xx status for bad input.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..errors import ElmoError
+from . import panels_tasks, panels_words
+from .examples import AMBIGUOUS
+from .inputs import LabInputError, Limits
+from .lab_models import LabModels
+from .panels_layers import layer_views
+from .reference import ReferenceSet
+
+STATIC = Path(__file__).parent / "static"
+# Everything comes from this server: no CDN, no outside fonts; the page works offline.
+SECURITY_HEADERS = [
+    (b"content-security-policy", b"default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+]
+
+
+async def read_json(request: Request, limits: Limits) -> dict:
+    """The request body as a JSON object, refusing bodies over the limit before reading them whole."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limits.max_body_bytes:
+        raise LabInputError(f"request body is {declared} bytes; the lab takes at most {limits.max_body_bytes}", 413)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limits.max_body_bytes:
+            raise LabInputError(f"request body is over {limits.max_body_bytes} bytes; the lab takes at most that", 413)
+    try:
+        payload = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise LabInputError(f"the request body is not valid JSON ({e})") from e
+    if not isinstance(payload, dict):
+        raise LabInputError("the request body must be a JSON object")
+    return payload
+
+
+def security_headers(app):
+    """ASGI wrapper adding the headers above to every response."""
+    async def wrapped(scope, receive, send):
+        async def send_with_headers(message):
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = list(message["headers"]) + SECURITY_HEADERS
+            await send(message)
+        await app(scope, receive, send_with_headers if scope["type"] == "http" else send)
+    return wrapped
+
+
+def create_app(lab: LabModels, ref: ReferenceSet, limits: Limits = Limits()):
+    """The ASGI app serving `lab` with neighbours from `ref`."""
+    views = layer_views(ref)
+    info = {**lab.info(), "examples": AMBIGUOUS, "limits": asdict(limits),
+            "reference": {"tokens": ref.size, "sentences": int(len(ref.sources)),
+                          "sources": sorted(set(ref.sources.tolist())),
+                          "data": str(lab.data_dir) if lab.data_dir else ""}}
+
+    def post(fn):
+        async def endpoint(request: Request) -> JSONResponse:
+            payload = await read_json(request, limits)
+            return JSONResponse(await run_in_threadpool(fn, lab, ref, payload, limits))
+        return endpoint
+
+    async def index(request: Request) -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    async def get_info(request: Request) -> JSONResponse:
+        return JSONResponse(info)
+
+    async def get_layers(request: Request) -> JSONResponse:
+        return JSONResponse(views)
+
+    async def get_results(request: Request) -> JSONResponse:
+        return JSONResponse(panels_tasks.results(lab, ref, {}, limits))
+
+    async def input_error(request: Request, exc: LabInputError) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=exc.status)
+
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return JSONResponse({"error": f"{exc.detail}: {request.method} {request.url.path}"}, status_code=exc.status_code)
+
+    async def model_error(request: Request, exc: ElmoError) -> JSONResponse:
+        return JSONResponse({"error": f"the model could not answer: {exc}"}, status_code=500)
+
+    routes = [
+        Route("/", index),
+        Route("/api/info", get_info),
+        Route("/api/contextual", post(panels_words.contextual), methods=["POST"]),
+        Route("/api/build", post(panels_words.build), methods=["POST"]),
+        Route("/api/mix", post(panels_words.mix), methods=["POST"]),
+        Route("/api/tag", post(panels_tasks.tag), methods=["POST"]),
+        Route("/api/layers", get_layers),
+        Route("/api/directions", post(panels_tasks.directions), methods=["POST"]),
+        Route("/api/results", get_results),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    app = Starlette(routes=routes, exception_handlers={
+        LabInputError: input_error, HTTPException: http_error, ElmoError: model_error})
+    return security_headers(app)

@@ -1,0 +1,172 @@
+"""Readers for the real sentences the lab compares against, from the project's shared data.
+
+The data are never copied into the package: they are read from `../shared/data` beside the
+checkout (or `--data DIR`, or $ELMO_DATA). Each reader takes only the first few hundred sentences,
+so a reference set is cheap to build and the same every time.
+"""
+
+from __future__ import annotations
+
+import gzip
+import html
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Ambiguous SemCor words and two of their WordNet 3.0 senses each (the most frequent two in SemCor,
+# except where a clearer pair was close behind). Keys are what SemCor's gold file uses.
+SENSE_WORDS: dict[tuple[str, str], tuple[str, str]] = {
+    ("bank", "NOUN"): ("bank%1:14:00::", "bank%1:17:01::"),
+    ("plant", "NOUN"): ("plant%1:06:01::", "plant%1:03:00::"),
+    ("interest", "NOUN"): ("interest%1:09:00::", "interest%1:07:01::"),
+    ("state", "NOUN"): ("state%1:15:01::", "state%1:03:00::"),
+    ("power", "NOUN"): ("power%1:07:00::", "power%1:19:00::"),
+    ("table", "NOUN"): ("table%1:14:00::", "table%1:06:01::"),
+    ("paper", "NOUN"): ("paper%1:27:00::", "paper%1:10:01::"),
+    ("play", "VERB"): ("play%2:33:00::", "play%2:41:12::"),
+}
+
+WIKI = Path("wiki_corpus/valid.txt")
+EWT = Path("ud_english_ewt/en_ewt-ud-dev.conllu.gz")
+SEMCOR = Path("wsd_raganato/Training_Corpora/SemCor")
+WORDNET = Path("wordnet30/dict")
+
+
+def find_data_dir(explicit: str | os.PathLike | None = None) -> Path | None:
+    """The shared data folder: --data, $ELMO_DATA, $ELMO_SHARED/data, or ../shared/data beside the
+    checkout this package runs from (or beside the current directory)."""
+    candidates = [explicit, os.environ.get("ELMO_DATA")]
+    if os.environ.get("ELMO_SHARED"):
+        candidates.append(Path(os.environ["ELMO_SHARED"]) / "data")
+    repo = Path(__file__).resolve().parents[3]
+    candidates += [repo.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]
+    for c in candidates:
+        if c and Path(c).is_dir():
+            return Path(c)
+    return None
+
+
+@dataclass
+class Sentence:
+    """Tokens plus optional per-token labels ('' where there is none)."""
+
+    tokens: list[str]
+    source: str
+    upos: list[str] = field(default_factory=list)
+    senses: list[str] = field(default_factory=list)
+
+
+def wiki_sentences(data: Path, count: int, min_len: int = 5, max_len: int = 40) -> list[Sentence]:
+    """The first `count` Wikipedia validation sentences of a readable length."""
+    path = data / WIKI
+    out: list[Sentence] = []
+    if count <= 0 or not path.is_file():
+        return out
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            tokens = line.split()
+            if min_len <= len(tokens) <= max_len:
+                out.append(Sentence(tokens, "wiki"))
+                if len(out) == count:
+                    break
+    return out
+
+
+def ewt_sentences(data: Path, max_tokens: int, max_len: int = 40) -> list[Sentence]:
+    """UD English-EWT dev sentences with their UPOS tags, about `max_tokens` tokens in all."""
+    path = data / EWT
+    out: list[Sentence] = []
+    if max_tokens <= 0 or not path.is_file():
+        return out
+    total, tokens, upos = 0, [], []
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line:
+                if tokens and len(tokens) <= max_len:
+                    out.append(Sentence(tokens, "ewt", upos=upos))
+                    total += len(tokens)
+                    if total >= max_tokens:
+                        break
+                tokens, upos = [], []
+                continue
+            if line.startswith("#"):
+                continue
+            cols = line.split("\t")
+            if len(cols) < 4 or not cols[0].isdigit():  # multiword ranges "1-2" and empty nodes "1.1"
+                continue
+            tokens.append(cols[1])
+            upos.append(cols[3])
+    return out
+
+
+_WF = re.compile(r'<(wf|instance)(?: id="([^"]+)")? lemma="([^"]*)" pos="([^"]*)">([^<]*)</')
+
+
+def semcor_sentences(data: Path, per_sense: int, words=SENSE_WORDS, max_len: int = 40) -> list[Sentence]:
+    """SemCor sentences holding the chosen ambiguous words, at most `per_sense` per sense, in file
+    order; `senses[i]` is the sense key of token i when it is one of them."""
+    root = data / SEMCOR
+    xml, keys = root / "semcor.data.xml.gz", root / "semcor.gold.key.txt.gz"
+    if per_sense <= 0 or not xml.is_file() or not keys.is_file():
+        return []
+    allowed = {key for pair in words.values() for key in pair}
+    gold: dict[str, str] = {}  # instance id -> sense key, for the senses we want only
+    with gzip.open(keys, "rt", encoding="utf-8") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 2 and parts[1] in allowed:
+                gold[parts[0]] = parts[1]
+    taken = dict.fromkeys(allowed, 0)
+    out: list[Sentence] = []
+    tokens: list[str] = []
+    senses: list[str] = []
+    with gzip.open(xml, "rt", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("</sentence"):
+                if any(senses) and len(tokens) <= max_len:
+                    for key in senses:
+                        if key:
+                            taken[key] += 1
+                    out.append(Sentence(tokens, "semcor", senses=senses))
+                    if min(taken.values()) >= per_sense:
+                        break
+                tokens, senses = [], []
+                continue
+            m = _WF.match(line)
+            if not m:
+                continue
+            kind, inst, lemma, pos, text = m.groups()
+            words_here = html.unescape(text).split()
+            key = gold.get(inst, "") if kind == "instance" and len(words_here) == 1 else ""
+            wanted = key and (lemma, pos) in words and taken[key] + senses.count(key) < per_sense
+            tokens.extend(words_here)
+            senses.extend([key] if wanted else [""] * len(words_here))
+    return out
+
+
+def wordnet_glosses(data: Path, sense_keys: set[str]) -> dict[str, str]:
+    """sense key -> the first part of its WordNet 3.0 gloss ('' for keys WordNet lacks)."""
+    root = data / WORDNET
+    index = root / "index.sense.gz"
+    if not sense_keys or not index.is_file():
+        return {}
+    offsets: dict[tuple[str, str], str] = {}  # (data file suffix, offset) -> key
+    pos_file = {"1": "noun", "2": "verb", "3": "adj", "4": "adv", "5": "adj"}
+    with gzip.open(index, "rt", encoding="utf-8") as f:
+        for line in f:
+            key, offset, *_ = line.split()
+            if key in sense_keys:
+                offsets[(pos_file[key.split("%")[1][0]], offset)] = key
+    glosses = {}
+    for suffix in sorted({s for s, _ in offsets}):
+        path = root / f"data.{suffix}.gz"
+        if not path.is_file():
+            continue
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for line in f:
+                key = offsets.get((suffix, line[:8]))
+                if key and " | " in line:
+                    glosses[key] = line.split(" | ", 1)[1].split(";")[0].strip()
+    return glosses

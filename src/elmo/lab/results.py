@@ -1,0 +1,93 @@
+"""Panel 7: the paper's six benchmarks beside the numbers this project measured.
+
+The paper's figures are Table 1 of Peters et al. (2018), "baseline" and "ELMo + baseline". Ours
+come from a results file written by the task experiments (docs/results.json next to
+docs/results.md, or --results), never typed here. Increases and relative error reductions are
+computed from the figures, so they cannot drift from them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ..errors import InputError
+
+# name -> (task, metric, paper baseline, paper ELMo + baseline, data folder under ../shared/data or None)
+PAPER = {
+    "SQuAD": ("question answering", "F1", 81.1, 85.8, None),
+    "SNLI": ("textual entailment", "accuracy", 88.0, 88.7, None),
+    "SRL": ("semantic role labelling", "F1", 81.4, 84.6, None),
+    "Coref": ("coreference resolution", "average F1", 67.2, 70.4, None),
+    "NER": ("named entity recognition (CoNLL-2003)", "F1", 90.15, 92.22, "conll2003"),
+    "SST-5": ("sentiment, 5 classes", "accuracy", 51.4, 54.7, "sst5"),
+}
+
+
+def error_reduction(baseline: float, elmo: float, scale: float = 100.0) -> float:
+    """Relative error reduction in percent: how much of the baseline's error ELMo removed."""
+    return 100.0 * (elmo - baseline) / (scale - baseline)
+
+
+def find_results(explicit: str | os.PathLike | None = None) -> Path | None:
+    """--results, or docs/results.json in the checkout this package runs from, or in the current folder."""
+    if explicit:
+        return Path(explicit)
+    for root in (Path(__file__).resolve().parents[3], Path.cwd()):
+        candidate = root / "docs" / "results.json"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def read_results(path: Path | None) -> tuple[dict, str]:
+    """(our results by benchmark name, why there are none when empty)."""
+    if path is None:
+        return {}, "not available yet: no docs/results.json (the task experiments write it; or pass --results FILE)"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: cannot read the results file ({e})") from e
+    benchmarks = data.get("benchmarks") if isinstance(data, dict) else None
+    if not isinstance(benchmarks, dict):
+        raise InputError(f"{path}: expected an object with 'benchmarks': {{name: {{metric, baseline, elmo, ...}}}}")
+    return benchmarks, ""
+
+
+def _ours(entry: dict | None) -> dict | None:
+    if not isinstance(entry, dict):
+        return None
+    out = {k: entry[k] for k in ("metric", "baseline", "elmo", "baseline_std", "elmo_std", "note", "command",
+                                 "why") if k in entry}
+    b, e = entry.get("baseline"), entry.get("elmo")
+    if isinstance(b, (int, float)) and isinstance(e, (int, float)):
+        out["increase"] = round(e - b, 2)
+        out["error_reduction"] = round(error_reduction(b, e), 1)
+    return out
+
+
+def results_table(ours: dict, why_none: str, data_dir: Path | None) -> list[dict]:
+    """One row per benchmark: the paper's side always, ours where measured, else why not."""
+    rows = []
+    for name, (task, metric, base, elmo, folder) in PAPER.items():
+        row = {"name": name, "task": task, "metric": metric, "paper": {
+            "baseline": base, "elmo": elmo, "increase": round(elmo - base, 2),
+            "error_reduction": round(error_reduction(base, elmo), 1)}}
+        mine = _ours(ours.get(name))
+        if mine and "elmo" in mine:
+            row["ours"] = mine
+        elif mine and "why" in mine:
+            row["why"] = str(mine["why"])
+        elif folder is None:
+            row["why"] = f"not run: there is no {name} data set in ../shared/data (only offline data can be used)"
+        elif data_dir is not None and not (data_dir / folder).is_dir():
+            row["why"] = f"not run: ../shared/data/{folder} is missing here"
+        else:
+            row["why"] = why_none or f"not available yet: the results file has no '{name}' entry"
+        rows.append(row)
+    for name, entry in ours.items():  # our extra tasks (e.g. POS), not among the paper's six
+        if name not in PAPER and _ours(entry) and "elmo" in entry:
+            rows.append({"name": name, "task": str(entry.get("task", name)), "metric": str(entry.get("metric", "")),
+                         "paper": None, "ours": _ours(entry), "extra": True})
+    return rows
