@@ -40,13 +40,6 @@ class CharEncoder(nn.Module):
         else:
             self.register_parameter("proj_w", None)
             self.register_parameter("proj_b", None)
-        widest = max(w for w, _ in config.filters)
-        # Position p is a valid ("VALID" convolution) start for a width-w filter iff p <= 50 - w.
-        widths = torch.tensor([w for w, n in config.filters for _ in range(n)])
-        positions = torch.arange(config.max_chars).unsqueeze(1)
-        invalid = positions > config.max_chars - widths.unsqueeze(0)
-        self.register_buffer("_invalid_positions", invalid, persistent=False)
-        self._widest = widest
         self.reset_parameters()
 
     @torch.no_grad()
@@ -74,25 +67,20 @@ class CharEncoder(nn.Module):
             return torch.cat([self.char_embed.new_zeros(1, self.char_embed.shape[1]), self.char_embed])
         return self.char_embed
 
-    def conv_matrix(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """All filter banks as one (widest * char_dim, n_filters) matrix, narrower kernels zero-padded."""
-        d = self.config.char_dim
-        blocks = [F.pad(w, (0, 0, 0, 0, 0, self._widest - w.shape[0])).reshape(self._widest * d, -1) for w in self.conv_weights]
-        return torch.cat(blocks, dim=1), torch.cat(list(self.conv_biases))
-
     def forward(self, ids: torch.Tensor, chunk: int = 256) -> torch.Tensor:
         """ids (N, 50) -> (N, projection_dim). Runs in chunks of tokens to bound memory."""
         if ids.shape[0] > chunk:
             return torch.cat([self.forward(part, chunk) for part in ids.split(chunk)])
-        table = self.embedding_table()
-        x = F.embedding(ids, table)  # (N, 50, d)
+        x = F.embedding(ids, self.embedding_table())  # (N, 50, d)
         n, length, d = x.shape
-        # im2col: one GEMM for every filter width (positions past a filter's end are masked below).
-        x = F.pad(x, (0, 0, 0, self._widest - 1))
-        patches = x.unfold(1, self._widest, 1).transpose(2, 3).reshape(n * length, self._widest * d)
-        weight, bias = self.conv_matrix()
-        y = torch.addmm(bias, patches, weight).view(n, length, -1)
-        y = y.masked_fill(self._invalid_positions, float("-inf")).amax(dim=1)
+        pooled = []
+        for w, b in zip(self.conv_weights, self.conv_biases):
+            # "VALID" convolution as one GEMM over all windows (im2col), then max over positions.
+            width = w.shape[0]
+            windows = x.unfold(1, width, 1).transpose(2, 3).reshape(n * (length - width + 1), width * d)
+            y = torch.addmm(b, windows, w.reshape(width * d, -1)).view(n, length - width + 1, -1)
+            pooled.append(y.max(dim=1).values)
+        y = torch.cat(pooled, dim=1)
         h = torch.relu(y) if self.config.activation == "relu" else torch.tanh(y)
         for k in range(self.config.n_highway):
             gate = torch.sigmoid(torch.addmm(self.highway_carry_b[k], h, self.highway_carry_w[k]))
