@@ -1,0 +1,127 @@
+"""Frozen biLM features, computed once per data set into HDF5 (with our `embed_file`) and read per batch.
+
+The biLM is frozen in these experiments, so its L+1 layers never change for a sentence: computing
+them once and training the task model on the cache is what makes the experiments affordable on a
+CPU. A cache file's name carries a hash of the model files and of the sentences, so a changed model
+or data set never reuses a stale cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import h5py
+import numpy as np
+
+from ..embed_file import embed_file
+from ..embedder import Embedder
+from ..errors import InputError
+from ..fileio import atomic_path
+from ..models import ModelFiles, resolve_model
+
+
+@dataclass(frozen=True)
+class ElmoSpec:
+    """Which biLM: a bundled model name or directory, or an options/weights pair. Saved with task models."""
+
+    options_file: str
+    weight_file: str
+    name: str | None = None
+
+    @classmethod
+    def resolve(cls, model: str | None = None, options: str | None = None, weights: str | None = None) -> "ElmoSpec":
+        if options or weights:
+            if not (options and weights):
+                raise InputError("--options and --weights go together")
+            for p in (options, weights):
+                if not os.path.isfile(p):
+                    raise InputError(f"{p}: file not found")
+            return cls(os.path.abspath(options), os.path.abspath(weights), None)
+        files: ModelFiles = resolve_model(model or "default")
+        return cls(str(files.options_file), str(files.weight_file), model)
+
+    def embedder(self, batch_size: int = 32, device: str = "cpu") -> Embedder:
+        return Embedder.from_files(self.options_file, self.weight_file, device=device, batch_size=batch_size)
+
+    def fingerprint(self) -> str:
+        """Hash of the model's bytes (options + weights), not of its path."""
+        h = hashlib.sha256()
+        for path in (self.options_file, self.weight_file):
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+        return h.hexdigest()[:16]
+
+    def describe(self) -> str:
+        return self.name or f"{self.options_file} + {self.weight_file}"
+
+
+def bilm_token(token: str) -> str:
+    """A token as one whitespace-free item (embed_file splits lines on whitespace)."""
+    parts = token.split()
+    return "_".join(parts) if parts else "_"
+
+
+def sentences_fingerprint(sentences: Sequence[Sequence[str]]) -> str:
+    h = hashlib.sha256()
+    for tokens in sentences:
+        h.update(" ".join(bilm_token(t) for t in tokens).encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()[:16]
+
+
+class FeatureCache:
+    """Read access to one cache file: `cache[i]` is sentence i's (L+1, n, D) float32 array."""
+
+    def __init__(self, path: str | os.PathLike, lengths: Sequence[int]):
+        self.path = os.fspath(path)
+        self.file = h5py.File(self.path, "r")
+        self.lengths = list(lengths)
+        first = self.file["0"] if "0" in self.file else None
+        if first is None or len([k for k in self.file.keys() if k.isdigit()]) != len(self.lengths):
+            raise InputError(f"{self.path}: expected {len(self.lengths)} sentence datasets; rebuild the cache "
+                             "(delete the file)")
+        self.num_layers, _, self.dim = first.shape
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self._read(i, slice(None))
+
+    def layer(self, i: int, layer: int) -> np.ndarray:
+        """(n, D): one layer of sentence i, read without the others."""
+        return self._read(i, layer)
+
+    def _read(self, i: int, layers) -> np.ndarray:
+        data = self.file[str(i)]
+        if data.shape[1] != self.lengths[i]:
+            raise InputError(f"{self.path}: sentence {i} has {data.shape[1]} vectors, expected {self.lengths[i]} "
+                             "tokens; the cache does not match the data (delete it to rebuild)")
+        return data[layers]
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def build_cache(spec: ElmoSpec, sentences: Sequence[Sequence[str]], cache_dir: str | os.PathLike, tag: str,
+                batch_size: int = 32, device: str = "cpu", embedder: Embedder | None = None) -> FeatureCache:
+    """The cache of `sentences` under this model, computed now unless an up-to-date one exists."""
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    safe_tag = "".join(c if c.isalnum() or c in "-_." else "_" for c in tag)
+    path = cache_dir / f"{safe_tag}.{spec.fingerprint()}.{sentences_fingerprint(sentences)}.hdf5"
+    if not path.exists():
+        embedder = embedder or spec.embedder(batch_size=batch_size, device=device)
+        with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
+            text = os.path.join(tmp, "sentences.txt")
+            with atomic_path(text) as t, open(t, "w", encoding="utf-8") as f:
+                for tokens in sentences:
+                    f.write(" ".join(bilm_token(tok) for tok in tokens) + "\n")
+            embed_file(embedder, text, path, output_format="all", batch_size=batch_size, forget_sentences=True)
+    return FeatureCache(path, [len(s) for s in sentences])

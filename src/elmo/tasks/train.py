@@ -1,0 +1,230 @@
+"""Train and evaluate a task model (NER, POS, SST-5) on cached frozen-biLM features; select on dev only."""
+
+from __future__ import annotations
+
+import copy
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from ..errors import InputError
+from ..fileio import atomic_path
+from .classifier import SentenceClassifier
+from .data import TaskData
+from .features import ElmoSpec, build_cache
+from .layers import ModelConfig
+from .metrics import accuracy, span_f1, write_json
+from .readers import Example, read_task_file
+from .tagger import Tagger
+
+# task -> model kind, CRF, the dev metric that selects the epoch
+TASKS = {
+    "ner": {"kind": "tagger", "crf": True, "metric": "f1"},
+    "pos": {"kind": "tagger", "crf": False, "metric": "accuracy"},
+    "sst5": {"kind": "classifier", "crf": False, "metric": "accuracy"},
+}
+CHECKPOINT_FORMAT = "elmo-task-model/1"
+
+
+@dataclass
+class TrainOptions:
+    task: str
+    train: str
+    dev: str
+    test: str
+    elmo: ElmoSpec | None = None
+    static: str | None = None
+    output_mix: bool = False
+    train_fraction: float = 1.0
+    seed: int = 1
+    epochs: int = 20
+    patience: int = 5
+    batch_size: int = 32
+    lr: float = 1e-3
+    hidden: int = 200
+    num_layers: int = 1
+    dropout: float = 0.5
+    char_filters: int = 50
+    limit: int | None = None  # first N sentences of each split: for smoke tests on slices
+    cache_dir: str = "runs/cache"
+    save: str | None = None
+    device: str = "cpu"
+    progress: bool = True
+    extra: dict = field(default_factory=dict)
+
+
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def subset_rows(n: int, fraction: float, seed: int) -> list[int]:
+    """The training sentences kept at `fraction`: chosen by the seed alone, so both arms see the same ones."""
+    if not 0 < fraction <= 1:
+        raise InputError(f"--train-fraction must be in (0, 1], found {fraction}")
+    if fraction == 1:
+        return list(range(n))
+    k = max(1, round(fraction * n))
+    return sorted(random.Random(seed).sample(range(n), k))
+
+
+def label_set(task: str, splits: list[list[Example]]) -> list[str]:
+    if task == "sst5":
+        return ["0", "1", "2", "3", "4"]
+    tags = sorted({t for examples in splits for e in examples for t in e.tags})
+    return (["O"] + [t for t in tags if t != "O"]) if "O" in tags else tags
+
+
+def evaluate(model, data: TaskData, vocab: dict, labels: dict, task: str, batch_size: int = 64) -> dict:
+    """The task's metrics on one split: span F1 for NER, token accuracy for POS, accuracy for SST-5."""
+    model.eval()
+    names = {i: n for n, i in labels.items()}
+    predicted: list = [None] * len(data)
+    for idx, batch in data.batches(vocab, labels, batch_size):
+        for i, out in zip(idx, model.decode(batch)):
+            predicted[i] = [names[k] for k in out] if isinstance(out, list) else names[out]
+    if task == "ner":
+        return span_f1([e.tags for e in data.examples], predicted)
+    if task == "pos":
+        return {"accuracy": accuracy([e.tags for e in data.examples], predicted)}
+    return {"accuracy": accuracy([e.label for e in data.examples], predicted)}
+
+
+def build_model(cfg: ModelConfig):
+    return Tagger(cfg) if cfg.kind == "tagger" else SentenceClassifier(cfg)
+
+
+def run_task(opts: TrainOptions, metrics_path: str | None = None) -> dict:
+    """Read, cache, train with early stopping on dev, evaluate dev and test; returns the metrics dict."""
+    if opts.task not in TASKS:
+        raise InputError(f"unknown task {opts.task!r}; expected one of {', '.join(TASKS)}")
+    if opts.elmo is None and opts.static is None and opts.char_filters == 0:
+        raise InputError("nothing to feed the model: give --elmo, --static or a char CNN")
+    spec = TASKS[opts.task]
+    started = time.time()
+    splits = {}
+    for name in ("train", "dev", "test"):
+        examples = read_task_file(opts.task, getattr(opts, name))
+        splits[name] = examples[: opts.limit] if opts.limit else examples
+    rows = subset_rows(len(splits["train"]), opts.train_fraction, opts.seed)
+    labels = {n: i for i, n in enumerate(label_set(opts.task, list(splits.values())))}
+
+    vocab_words, table = ["<pad>", "<unk>"], None
+    if opts.static:
+        from .static import embedding_table, load_vectors
+        vocab_words, table = embedding_table(load_vectors(opts.static),
+                                             (t for ex in splits.values() for e in ex for t in e.tokens))
+    vocab = {w: i for i, w in enumerate(vocab_words)}
+
+    caches, elmo_layers, elmo_dim = {}, 0, 0
+    if opts.elmo is not None:
+        embedder = opts.elmo.embedder(device=opts.device)
+        for name, examples in splits.items():
+            tag = f"{opts.task}-{os.path.basename(getattr(opts, name))}-{len(examples)}"
+            caches[name] = build_cache(opts.elmo, [e.tokens for e in examples], opts.cache_dir, tag, embedder=embedder)
+        elmo_layers, elmo_dim = caches["train"].num_layers, caches["train"].dim
+
+    data = {
+        "train": TaskData([splits["train"][r] for r in rows], caches.get("train"), rows),
+        "dev": TaskData(splits["dev"], caches.get("dev")),
+        "test": TaskData(splits["test"], caches.get("test")),
+    }
+    cfg = ModelConfig(kind=spec["kind"], labels=list(labels), vocab_size=len(vocab_words),
+                      static_dim=0 if table is None else table.shape[1], char_filters=opts.char_filters,
+                      hidden=opts.hidden, num_layers=opts.num_layers, dropout=opts.dropout,
+                      elmo_layers=elmo_layers, elmo_dim=elmo_dim, output_mix=opts.output_mix and elmo_layers > 0,
+                      crf=spec["crf"])
+    set_seed(opts.seed)
+    model = build_model(cfg)
+    if table is not None:
+        model.words.static.weight.data.copy_(torch.from_numpy(table))
+    model.to(opts.device)
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=opts.lr)
+    rng = random.Random(opts.seed)
+
+    history, best, best_state, best_epoch, stale = [], -1.0, None, 0, 0
+    for epoch in range(1, opts.epochs + 1):
+        model.train()
+        total, count = 0.0, 0
+        bar = tqdm(total=len(data["train"]), desc=f"{opts.task} epoch {epoch}", unit="sent", dynamic_ncols=True,
+                   disable=not opts.progress, file=sys.stderr)
+        for idx, batch in data["train"].batches(vocab, labels, opts.batch_size, rng):
+            batch = _to(batch, opts.device)
+            loss = model.loss(batch)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            optimizer.step()
+            total += loss.item() * len(idx)
+            count += len(idx)
+            bar.update(len(idx))
+            bar.set_postfix(loss=f"{total / count:.4f}")
+        bar.close()
+        dev = evaluate(model, data["dev"], vocab, labels, opts.task)
+        history.append({"epoch": epoch, "train_loss": total / max(count, 1), "dev": dev})
+        score = dev[spec["metric"]]
+        if score > best:
+            best, best_state, best_epoch, stale = score, copy.deepcopy(model.state_dict()), epoch, 0
+        else:
+            stale += 1
+            if stale >= opts.patience:
+                break
+    model.load_state_dict(best_state)
+    metrics = {
+        "task": opts.task,
+        "arm": "elmo" if opts.elmo else "static",
+        "elmo": opts.elmo.describe() if opts.elmo else None,
+        "static": opts.static,
+        "output_mix": cfg.output_mix,
+        "train_fraction": opts.train_fraction,
+        "seed": opts.seed,
+        "n_train": len(data["train"]),
+        "metric": spec["metric"],
+        "best_epoch": best_epoch,
+        "dev": evaluate(model, data["dev"], vocab, labels, opts.task),
+        "test": evaluate(model, data["test"], vocab, labels, opts.task),
+        "scalar_mix": model.mixes(),
+        "history": history,
+        "config": cfg.to_dict(),
+        "files": {"train": opts.train, "dev": opts.dev, "test": opts.test},
+        "seconds": round(time.time() - started, 1),
+    }
+    if opts.save:
+        save_checkpoint(opts.save, model, cfg, vocab_words, opts, metrics)
+    if metrics_path:
+        write_json(metrics_path, metrics)
+    return metrics
+
+
+def _to(batch, device):
+    if str(device) == "cpu":
+        return batch
+    for name in ("words", "chars", "mask", "elmo", "targets"):
+        value = getattr(batch, name)
+        if value is not None:
+            setattr(batch, name, value.to(device))
+    return batch
+
+
+def save_checkpoint(path: str, model, cfg: ModelConfig, vocab_words: list[str], opts: TrainOptions, metrics: dict) -> None:
+    """Everything `load_task_model` needs, including the learned scalar-mix weights (presets for the lab)."""
+    state = {
+        "format": CHECKPOINT_FORMAT,
+        "task": opts.task,
+        "config": cfg.to_dict(),
+        "state_dict": model.state_dict(),
+        "vocab": vocab_words,
+        "elmo": asdict(opts.elmo) if opts.elmo else None,
+        "static": os.path.abspath(opts.static) if opts.static else None,
+        "scalar_mix": model.mixes(),
+        "metrics": {k: metrics[k] for k in ("dev", "test", "best_epoch", "seed", "train_fraction")},
+    }
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)

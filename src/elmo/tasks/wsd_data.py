@@ -1,0 +1,180 @@
+"""WSD data: Raganato et al. (2017) XML + gold keys, WordNet 3.0 sense index, and the official scoring rules."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+from xml.parsers import expat
+
+from ..errors import InputError
+from ..fileio import iter_lines
+
+# Coarse POS of the framework -> WordNet ss_types (3 adjective, 5 adjective satellite).
+SS_TYPES = {"NOUN": ("1",), "VERB": ("2",), "ADJ": ("3", "5"), "ADV": ("4",)}
+
+
+@dataclass
+class WsdInstance:
+    """A word (or multiword expression) to disambiguate: tokens [start, end) of its sentence."""
+
+    id: str
+    lemma: str
+    pos: str
+    start: int
+    end: int
+
+
+@dataclass
+class WsdSentence:
+    id: str
+    tokens: list[str] = field(default_factory=list)
+    instances: list[WsdInstance] = field(default_factory=list)
+
+
+def read_raganato_xml(path: str | os.PathLike, limit: int | None = None) -> list[WsdSentence]:
+    """Sentences with their tokens and instances; a multiword instance ("belong to") spans several tokens.
+
+    `limit` stops after that many sentences (a slice of SemCor without parsing all 39 MB).
+
+    Parsed with expat so that every error names the line: malformed XML, an instance without
+    id/lemma/pos, or words outside a sentence.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: file not found")
+    sentences: list[WsdSentence] = []
+    state: dict = {"sentence": None, "element": None, "attrs": None, "text": []}
+    parser = expat.ParserCreate("UTF-8")
+
+    def where() -> str:
+        return f"{path}, line {parser.CurrentLineNumber}"
+
+    def start(name, attrs):
+        if name == "sentence":
+            if "id" not in attrs:
+                raise InputError(f"{where()}: <sentence> without an id attribute")
+            state["sentence"] = WsdSentence(attrs["id"])
+        elif name in ("wf", "instance"):
+            if state["sentence"] is None:
+                raise InputError(f"{where()}: <{name}> outside a <sentence>")
+            if name == "instance":
+                missing = [a for a in ("id", "lemma", "pos") if a not in attrs]
+                if missing:
+                    raise InputError(f"{where()}: <instance> without attribute(s) {', '.join(missing)}")
+            state["element"], state["attrs"], state["text"] = name, attrs, []
+
+    def end(name):
+        sentence = state["sentence"]
+        if name in ("wf", "instance"):
+            words = "".join(state["text"]).split()
+            if not words:
+                raise InputError(f"{where()}: empty <{name}> (expected the word's text)")
+            if name == "instance":
+                a = state["attrs"]
+                first = len(sentence.tokens)
+                sentence.instances.append(WsdInstance(a["id"], a["lemma"], a["pos"], first, first + len(words)))
+            sentence.tokens.extend(words)
+            state["element"] = None
+        elif name == "sentence":
+            sentences.append(sentence)
+            state["sentence"] = None
+
+    def text(data):
+        if state["element"] is not None:
+            state["text"].append(data)
+
+    parser.StartElementHandler, parser.EndElementHandler, parser.CharacterDataHandler = start, end, text
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        try:
+            for chunk in iter(lambda: f.read(1 << 16), b""):
+                parser.Parse(chunk, False)
+                if limit is not None and len(sentences) >= limit:
+                    return sentences[:limit]
+            parser.Parse(b"", True)
+        except expat.ExpatError as e:
+            raise InputError(f"{path}, line {e.lineno}, column {e.offset + 1}: malformed XML: "
+                             f"{expat.ErrorString(e.code)}") from None
+    if not sentences:
+        raise InputError(f"{path}: no <sentence> elements found (expected a Raganato-format .data.xml)")
+    return sentences
+
+
+def read_gold_keys(path: str | os.PathLike) -> dict[str, set[str]]:
+    """`instance_id key1 [key2 ...]` per line -> id -> set of keys (a repeated id gets the union)."""
+    gold: dict[str, set[str]] = defaultdict(set)
+    for number, line in iter_lines(path):
+        if not line.strip():
+            continue
+        fields = line.split(" ")
+        if len(fields) < 2 or not all(fields):
+            raise InputError(f"{path}, line {number + 1}: expected 'instance_id key [key ...]' separated by "
+                             f"single spaces, found {line!r}")
+        gold[fields[0]].update(fields[1:])
+    if not gold:
+        raise InputError(f"{path}: no keys found")
+    return dict(gold)
+
+
+class WordNetSenses:
+    """WordNet 3.0 `index.sense`: the senses of a (lemma, coarse POS) in sense-number order."""
+
+    def __init__(self, index_sense: str | os.PathLike):
+        self.path = os.fspath(index_sense)
+        senses: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
+        pos_of = {t: pos for pos, types in SS_TYPES.items() for t in types}
+        for number, line in iter_lines(self.path):
+            fields = line.split()
+            if len(fields) != 4 or "%" not in fields[0] or not fields[2].isdigit():
+                raise InputError(f"{self.path}, line {number + 1}: expected 'sense_key offset sense_number tag_cnt', "
+                                 f"found {line!r}")
+            key = fields[0]
+            lemma, _, rest = key.partition("%")
+            pos = pos_of.get(rest[:1])
+            if pos is None:
+                raise InputError(f"{self.path}, line {number + 1}: sense key {key!r} has ss_type {rest[:1]!r}, expected 1-5")
+            senses[(lemma, pos)].append((int(fields[2]), key))
+        if not senses:
+            raise InputError(f"{self.path}: no senses found")
+        self._senses = {k: [key for _, key in sorted(v)] for k, v in senses.items()}
+
+    def senses(self, lemma: str, pos: str) -> list[str]:
+        return self._senses.get((lemma.lower(), pos), [])
+
+    def first_sense(self, lemma: str, pos: str) -> str | None:
+        """WordNet's sense number 1 (the most frequent sense baseline), or None for an unknown lemma."""
+        found = self.senses(lemma, pos)
+        return found[0] if found else None
+
+
+def first_sense_answers(sentences: list[WsdSentence], wordnet: WordNetSenses) -> dict[str, str]:
+    """The WordNet first-sense baseline: sense number 1 of each instance's lemma and POS."""
+    answers = {}
+    for s in sentences:
+        for inst in s.instances:
+            key = wordnet.first_sense(inst.lemma, inst.pos)
+            if key is not None:
+                answers[inst.id] = key
+    return answers
+
+
+def score_wsd(gold: dict[str, set[str]], system: dict[str, set[str] | str]) -> dict[str, float]:
+    """The framework scorer's rules: credit |S∩G|/|S| per answered gold instance; P over answered,
+    R over all gold instances; F1 = 2PR/(P+R). Percentages."""
+    correct = wrong = 0.0
+    for instance_id, keys in system.items():
+        if instance_id not in gold:
+            continue
+        keys = {keys} if isinstance(keys, str) else set(keys)
+        if not keys:
+            continue
+        hit = len(keys & gold[instance_id])
+        correct += hit / len(keys)
+        wrong += (len(keys) - hit) / len(keys)
+    p = correct / (correct + wrong) if correct + wrong else 0.0
+    r = correct / len(gold) if gold else 0.0
+    f1 = 2 * p * r / (p + r) if p + r else 0.0
+    return {"precision": 100 * p, "recall": 100 * r, "f1": 100 * f1, "n_gold": len(gold),
+            "n_answered": sum(1 for i in system if i in gold)}
