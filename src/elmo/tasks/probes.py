@@ -158,7 +158,8 @@ def wsd_probe(spec: ElmoSpec, layer: int, train_xml: str, train_keys: str, test_
     if limit:
         kept = {i.id for s in test_sentences for i in s.instances}
         gold_test = {k: v for k, v in gold_test.items() if k in kept}
-    keys, centroids = sense_centroids(spec, train_sentences, read_gold_keys(train_keys), cache_dir, progress)
+    train_ids = {i.id for s in train_sentences for i in s.instances} if limit else None
+    keys, centroids = sense_centroids(spec, train_sentences, read_gold_keys(train_keys, train_ids), cache_dir, progress)
     _check_layer(layer, centroids.shape[1])
     by_key = {k: i for i, k in enumerate(keys)}
     table = centroids[:, layer]
