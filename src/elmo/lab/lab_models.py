@@ -15,15 +15,15 @@ import numpy as np
 
 from ..bilm import BiLM
 from ..embedder import Embedder
-from ..errors import InputError
+from ..errors import InputError, ModelFileError
 from ..models import resolve_model
 from ..weights import load_bilm
 from . import results as results_mod
 from .lm_head import LMHead
 from .task_models import MixPreset, TaggerView, load_preset, load_tagger
 
-NO_TAGGERS = "not available yet: no NER taggers were given (train them with the task commands, then start " \
-             "the lab with --ner DIR and --ner-baseline DIR)"
+NO_TAGGERS = "not available yet: no NER taggers were given (train them with `elmo task train ner ... --save " \
+             "FILE`, then start the lab with --ner FILE and --ner-baseline FILE)"
 NO_LM = "not available yet: this model has no vocab.txt + softmax.hdf5 (the bundled default model will have " \
         "them; or pass --vocab and --softmax)"
 
@@ -88,7 +88,11 @@ class LabModels:
             name = Path(weights).parent.name or os.fspath(weights)
             bilm = load_bilm(options, weights)
         else:
-            files = resolve_model(model or "default")
+            try:
+                files = resolve_model(model or "default")
+            except ModelFileError as e:
+                hint = "" if model else "; give --model DIR, or --options and --weights"
+                raise ModelFileError(f"{e}{hint}") from e
             name = model or "default"
             bilm = load_bilm(files.options_file, files.weight_file)
             vocab = vocab or (files.vocab_file and os.fspath(files.vocab_file))

@@ -62,7 +62,7 @@ export function scatter(points, {width = 560, height = 380, legend = []} = {}) {
   const svg = s("svg", {viewBox: `0 0 ${width + side} ${height}`, width: width + side, height, class: "chart", role: "img"});
   svg.append(s("rect", {x: 0.5, y: 0.5, width: width - 1, height: height - 1, fill: "#fff", stroke: "#ccc"}));
   for (const p of points) {
-    const c = s("circle", {cx: sx(p.x).toFixed(1), cy: sy(p.y).toFixed(1), r: p.r || 4, fill: p.color || "#888",
+    const c = s("circle", {class: "pt", cx: sx(p.x).toFixed(1), cy: sy(p.y).toFixed(1), r: p.r || 4, fill: p.color || "#888",
       stroke: p.stroke || "none", "stroke-width": 2, "fill-opacity": p.opacity ?? 0.85});
     if (p.title) c.append(s("title", {}, p.title));
     svg.append(c);

@@ -13,7 +13,7 @@ export function init(info) {
   const all = [...learned, ...shapes];
   $("p3-preset").replaceChildren(...all.map(([name], i) => h("option", {value: i}, name)));
   $("p3-preset-note").textContent = learned.length ? `learned mixes from: ${info.presets.map(p => p.source).join(", ")}` :
-    "Learned mixes (NER, POS, SST-5): not available yet: no task models were given (start the lab with --ner DIR or --preset NAME=PATH).";
+    "Learned mixes (NER, POS, SST-5): not available yet: no task models were given (start the lab with --ner PATH or --preset NAME=PATH).";
   const sliders = [];
   for (let j = 0; j < L; j++) sliders.push(slider(`w${j} (layer ${j})`, -6, 6, 0.1, 0));
   sliders.push(slider("γ (scale)", 0, 3, 0.05, 1));
@@ -40,7 +40,7 @@ function slider(name, min, max, step, value) {
 }
 
 function heat(m, labels) {
-  const c = 46, pad = 90, top = 20, n = m.length;
+  const c = 46, pad = 130, top = 20, n = m.length;
   const svg = s("svg", {width: pad + n * c, height: top + n * c, class: "chart", id: "p3-heat"});
   labels.forEach((t, i) => {
     svg.append(s("text", {x: 2, y: top + i * c + c / 2 + 4, class: "legend"}, t));

@@ -1,0 +1,204 @@
+"""End to end: start `elmo lab` as a user would, open the page in headless Chromium, check that every
+panel shows numbers the model computes (recomputed here with the library), and optionally save a
+screenshot of each panel.
+
+Uses the system Chromium (Debian's `chromium`; $ELMO_LAB_CHROMIUM to point elsewhere) driven by
+Playwright; skips only when no browser or no Playwright is installed. ELMO_LAB_SCREENSHOTS=1 writes
+docs/lab/panel-N.png; ELMO_LAB_MODEL=DIR runs on another model (e.g. the bundled default) instead
+of the fixture with its test-only softmax.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO
+from elmo import Embedder, ScalarMix, batch_to_ids, load_bilm, resolve_model
+from elmo.lab.inputs import tokenize
+from elmo.lab.lm_head import LMHead
+from test_lab_support import BANK, SIZE, fixture_files, need_data, need_module, shared_cache, write_test_softmax
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def find_chromium() -> str:
+    for candidate in (os.environ.get("ELMO_LAB_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
+                      shutil.which("chromium-browser"), shutil.which("google-chrome")):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    pytest.skip("no Chromium found: apt-get install -y chromium (or set ELMO_LAB_CHROMIUM)")
+
+
+def elmo_command() -> list[str]:
+    script = Path(sys.executable).with_name("elmo")
+    return [str(script)] if script.is_file() else [shutil.which("elmo") or pytest.skip("the elmo command is not installed")]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """`elmo lab` on a free port; yields (url, options, weights, vocab, softmax)."""
+    need_module("starlette")
+    data = need_data()
+    folder = tmp_path_factory.mktemp("lab-e2e")
+    if os.environ.get("ELMO_LAB_MODEL"):
+        files = resolve_model(os.environ["ELMO_LAB_MODEL"])
+        model_args = ["--model", os.environ["ELMO_LAB_MODEL"]]
+        paths = (files.options_file, files.weight_file, files.vocab_file, files.softmax_file)
+    else:
+        options, weights = fixture_files()
+        vocab, softmax = write_test_softmax(folder)
+        model_args = ["--options", str(options), "--weights", str(weights), "--vocab", str(vocab), "--softmax", str(softmax)]
+        paths = (options, weights, vocab, softmax)
+    log = open(folder / "stderr.txt", "w+")
+    proc = subprocess.Popen(elmo_command() + ["lab", *model_args, "--data", str(data), "--reference-size", SIZE,
+                                              "--cache-dir", str(shared_cache(tmp_path_factory)), "--port", "0",
+                                              "--no-browser"],
+                            stdout=subprocess.PIPE, stderr=log, text=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    url, deadline = None, time.time() + 120
+    while url is None and time.time() < deadline and proc.poll() is None:
+        try:
+            m = re.search(r"at (http://127\.0\.0\.1:\d+/)", lines.get(timeout=1))
+            url = m.group(1) if m else None
+        except queue.Empty:
+            pass
+    if url is None:
+        proc.kill()
+        log.seek(0)
+        pytest.fail(f"elmo lab did not print its URL; stderr:\n{log.read()}")
+    yield url, paths
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    sync_api = need_module("playwright.sync_api")
+    executable = find_chromium()
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        pg = browser.new_page(viewport={"width": 1200, "height": 900})
+        errors: list[str] = []
+        pg.on("pageerror", lambda e: errors.append(str(e)))
+        pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        pg.goto(server[0])
+        for n in range(1, 8):
+            pg.wait_for_selector(f"#p{n}[data-state=ready]", timeout=60_000)
+        pg.errors = errors
+        yield pg
+        browser.close()
+
+
+def number(page, selector: str) -> float:
+    return float(page.locator(selector).first.inner_text().split()[0])
+
+
+def bank_layers(embedder) -> np.ndarray:
+    arrays = list(embedder.embed_sentences([tokenize(s["text"]) for s in BANK["sentences"]]))
+    return np.stack([a[:, tokenize(s["text"]).index("bank")] for a, s in zip(arrays, BANK["sentences"])])
+
+
+def cos(a, b):
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def test_every_panel_shows_model_numbers(server, page):
+    url, (options, weights, vocab, softmax) = server
+    embedder = Embedder.from_files(options, weights)
+    v = bank_layers(embedder)
+    top = v.shape[1] - 1
+
+    # 1: the static point is one point; the two senses of "bank" land apart in the top layer.
+    assert page.locator("#p1-static-points").inner_text() == "1"
+    assert number(page, "#p1-static-spread") == 0.0
+    between = np.mean([1 - cos(v[a, top], v[b, top]) for a in (0, 1) for b in (2, 3)])
+    assert number(page, "#p1-between") == pytest.approx(between, abs=2e-3) and between > 0.005
+    assert page.locator("#p1-out svg circle.pt").count() >= 5
+
+    # 2: "bank" taken apart: its character ids, then the norm of layer 1 forward.
+    ids = [int(t) for t in page.locator("#p2-chars .char small").all_inner_texts()]
+    from elmo.chars import token_to_ids
+    assert ids == token_to_ids("bank")[:6]
+    half = v.shape[2] // 2
+    sentence = tokenize(BANK["sentences"][2]["text"])
+    layer1 = embedder.embed_sentence(sentence)[1, sentence.index("bank")]
+    norms = [float(t) for t in page.locator("#p2-out .stage .norm").all_inner_texts()]
+    assert norms[-4] == pytest.approx(np.linalg.norm(layer1[:half]), abs=2e-3)
+
+    # 3: equal weights, then the top-layer slider moved: the page recomputes live.
+    def across(w):
+        s = ScalarMix(len(w), initial_scalar_parameters=w)
+        import torch
+        mixed = s([torch.from_numpy(v[:, j]) for j in range(len(w))]).detach().numpy()
+        return np.mean([cos(mixed[a], mixed[b]) for a in (0, 1) for b in (2, 3)])
+
+    assert page.locator("#p3-weights").inner_text() == " · ".join(["0.333"] * 3)
+    assert number(page, "#p3-across") == pytest.approx(across([0.0] * 3), abs=2e-3)
+    page.locator("#p3-sliders input").nth(top).fill("3")
+    need_module("playwright.sync_api").expect(page.locator("#p3-weights")).to_have_text(
+        re.compile(r"^0\.045"), timeout=30_000)
+    page.wait_for_selector("#p3[data-state=ready]")
+    assert number(page, "#p3-across") == pytest.approx(across([0.0, 0.0, 3.0]), abs=2e-3)
+
+    # 4: [x; ELMo]: the ELMo half per token (equal mix), and why the taggers are not there yet.
+    tokens = tokenize(page.locator("#p4-sentence").input_value())
+    assert page.locator("#p4-rows tbody tr").count() == len(tokens)
+    equal = embedder.embed_sentence(tokens)[:, 0].mean(0)
+    first = page.locator("#p4-rows tbody tr").first.locator(".elmo-dim").inner_text()
+    assert float(re.search(r"length ([\d.]+)", first).group(1)) == pytest.approx(np.linalg.norm(equal), abs=2e-3)
+    assert "not available yet" in page.locator("#p4-out").inner_text()
+
+    # 5: cluster purity per layer, and the toggle to layer 2.
+    import json
+    import urllib.request
+    layers = json.loads(urllib.request.urlopen(url + "api/layers").read())
+    assert number(page, "#p5-purity") == pytest.approx(layers["pos"]["purity"][1], abs=1e-3)
+    page.locator("#p5-layers button", has_text="layer 2").click()
+    page.wait_for_selector("#p5[data-state=ready]")
+    assert number(page, "#p5-purity") == pytest.approx(layers["pos"]["purity"][2], abs=1e-3)
+    assert page.locator("#p5-out svg circle.pt").count() == len(layers["pos"]["tokens"])
+
+    # 6: the forward LM's first guess for word 1 (from <S>), recomputed with numpy.
+    import torch
+    bilm = load_bilm(options, weights)
+    words = tokenize(page.locator("#p6-sentence").input_value())
+    with torch.no_grad():
+        h = bilm(batch_to_ids([words])).layers[-1][0, 0, :half].numpy()
+    head = LMHead.from_files(vocab, softmax)
+    best = head.predict(h[None], [words[0]])[0]["top"][0]
+    assert page.locator("#p6-first").inner_text() == f"{best['word']} {best['p']:.3f}"
+
+    # 7: the paper's six benchmarks with computed error reductions; ours or why not.
+    rows = page.locator("#p7-table tbody tr")
+    assert rows.count() >= 6 and "24.9%" in rows.first.inner_text()
+    assert all(t.count("→") >= 2 or "not " in t for t in rows.all_inner_texts())
+    assert page.errors == []
+
+
+def test_screenshots_of_each_panel(page):
+    if not os.environ.get("ELMO_LAB_SCREENSHOTS"):
+        pytest.skip("set ELMO_LAB_SCREENSHOTS=1 to write docs/lab/panel-N.png")
+    out = REPO / "docs" / "lab"
+    out.mkdir(parents=True, exist_ok=True)
+    page.locator("#p5-layers button", has_text="layer 1").click()
+    page.wait_for_selector("#p5[data-state=ready]")
+    for n in range(1, 8):
+        page.locator(f"#p{n}").screenshot(path=str(out / f"panel-{n}.png"))
+    page.locator("header").screenshot(path=str(out / "header.png"))
