@@ -4,6 +4,7 @@ from .bilm import BiLM, BiLMOutput, CharEncoder, LstmLayer, LstmStack, add_sente
 from .chars import batch_to_ids
 from .elmo_module import Elmo
 from .embedder import Embedder
+from .legacy import ElmoEmbedder
 from .errors import ElmoError, InputError, ModelFileError
 from .models import ModelFiles, resolve_model
 from .options import BiLMConfig, read_options

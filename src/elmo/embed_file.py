@@ -1,19 +1,135 @@
-"""Embed a text file into HDF5 in the layout of AllenNLP's former `allennlp elmo` command (doc 6.2)."""
+"""Embed a text file into HDF5 in the layout of AllenNLP's former `allennlp elmo` command (doc 6.2).
+
+`OutputSpec` says what one line's dataset holds (layers, pooling, dtype, compression); it is shared by
+the direct writer here (library, `ElmoEmbedder.embed_file`, `--stateful`) and the part files of
+`embed_parallel`, so both produce the same datasets.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections import deque
-from typing import Iterator
+from dataclasses import asdict, dataclass
+from typing import Container, Iterable, Iterator, Sequence
 
 import h5py
 import numpy as np
 from tqdm import tqdm
 
-from .embedder import LAYER_CHOICES, Embedder
+from .embedder import LAYER_CHOICES, Embedder, select_layers
 from .errors import InputError
 from .fileio import atomic_path, iter_lines
+
+DTYPES = ("float32", "float16")
+POOLS = ("mean", "max")
+COMPRESSIONS = ("gzip", "lzf")
+INDEX_KEY = "sentence_to_index"
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """What each line's dataset holds, from the model's (L+1, n, D) float32 layers.
+
+    `layers` picks a subset first (e.g. (1, 2)); `output_format` then keeps them all (k, n, D) or
+    averages them (n, D) ("top" is the model's top layer and takes no subset); `pool` reduces the n
+    tokens to one masked mean or max vector; the result is cast to `dtype` only at the end.
+    """
+
+    output_format: str = "all"
+    layers: tuple[int, ...] | None = None
+    pool: str | None = None
+    dtype: str = "float32"
+    compression: str | None = None
+
+    def __post_init__(self):
+        for name, value, choices in (("output_format", self.output_format, LAYER_CHOICES), ("dtype", self.dtype, DTYPES),
+                                     ("pool", self.pool, POOLS + (None,)),
+                                     ("compression", self.compression, COMPRESSIONS + (None,))):
+            if value not in choices:
+                raise InputError(f"{name} must be one of {', '.join(map(str, choices))}; found {value!r}")
+        if self.layers is not None:
+            if self.output_format == "top":
+                raise InputError("--layers and --top do not combine: --top is the model's top layer; "
+                                 "use --layers with --all or --average")
+            if not self.layers or len(set(self.layers)) != len(self.layers):
+                raise InputError(f"--layers must list distinct layer numbers, found {list(self.layers)}")
+
+    def check_model(self, num_layers: int) -> None:
+        """The layer subset must exist in a model with `num_layers` (L+1) layers."""
+        bad = [k for k in self.layers or () if not 0 <= k < num_layers]
+        if bad:
+            raise InputError(f"--layers {','.join(map(str, self.layers))}: the model has layers 0..{num_layers - 1} "
+                             f"(0 = token layer), found {bad[0]}")
+
+    def apply(self, layers: np.ndarray) -> np.ndarray:
+        """(L+1, n, D) float32 -> the array to store for one line."""
+        x = select_layers(layers if self.layers is None else layers[list(self.layers)], self.output_format)
+        if self.pool is not None:
+            if x.shape[-2] == 0:  # an empty line pools to zeros, like Embedder.sentence_vectors
+                x = np.zeros(x.shape[:-2] + x.shape[-1:], dtype=x.dtype)
+            else:
+                x = x.mean(axis=-2) if self.pool == "mean" else x.max(axis=-2)
+        return x.astype(self.dtype, copy=False)
+
+    def write(self, group: h5py.Group, key: str, layers: np.ndarray) -> None:
+        data = self.apply(layers)
+        if self.compression is not None:
+            group.create_dataset(key, data=data, compression=self.compression)
+            return
+        # h5py's low-level calls: the high-level create_dataset costs ~3x more per dataset, which is
+        # the bottleneck on a GPU, where one dataset per line is written at thousands of lines/s.
+        space = h5py.h5s.create_simple(data.shape)
+        dset = h5py.h5d.create(group.id, key.encode(), h5py.h5t.py_create(data.dtype), space, dcpl=_untimed(),
+                               lcpl=link_plist())
+        if data.size:
+            dset.write(h5py.h5s.ALL, h5py.h5s.ALL, np.ascontiguousarray(data))
+
+    def settings(self) -> dict:
+        d = asdict(self)
+        d["layers"] = None if self.layers is None else list(self.layers)
+        return d
+
+
+@functools.lru_cache(maxsize=None)
+def link_plist() -> h5py.h5p.PropLCID:
+    """Link creation as h5py does it: UTF-8 names, and a "/" in a sentence key makes groups (as in AllenNLP)."""
+    plist = h5py.h5p.create(h5py.h5p.LINK_CREATE)
+    plist.set_create_intermediate_group(True)
+    plist.set_char_encoding(h5py.h5t.CSET_UTF8)
+    return plist
+
+
+@functools.lru_cache(maxsize=None)
+def _untimed() -> h5py.h5p.PropDCID:
+    """No creation times in the file, as h5py's default: the same input gives the same bytes."""
+    plist = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    plist.set_obj_track_times(False)
+    return plist
+
+
+def parse_layers(text: str | None) -> tuple[int, ...] | None:
+    """"1,2" -> (1, 2); None stays None."""
+    if text is None:
+        return None
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise InputError(f"--layers expects comma-separated layer numbers such as 1,2; found {text!r}") from None
+
+
+def check_output(output_file: str | os.PathLike, overwrite: bool) -> str:
+    """OUTPUT must be a file path in an existing directory, and new unless `overwrite`."""
+    output_file = os.fspath(output_file)
+    if os.path.isdir(output_file):
+        raise InputError(f"{output_file}: is a directory; OUTPUT must be a file path")
+    if os.path.exists(output_file) and not overwrite:
+        raise InputError(f"{output_file}: already exists (pass --overwrite to replace it)")
+    directory = os.path.dirname(os.path.abspath(output_file))
+    if not os.path.isdir(directory):
+        raise InputError(f"{output_file}: the directory {directory} does not exist")
+    return output_file
 
 
 def read_sentences(path: str | os.PathLike) -> Iterator[tuple[int, list[str]]]:
@@ -40,52 +156,81 @@ def embed_file(
     use_sentence_keys: bool = False,
     overwrite: bool = True,
     progress: bool = True,
+    *,
+    layers: Sequence[int] | None = None,
+    pool: str | None = None,
+    dtype: str = "float32",
+    compression: str | None = None,
 ) -> None:
     """Write one dataset per input line: (L+1, n, D) for "all", (n, D) for "top"/"average".
 
-    Keys are 0-based line numbers (or the sentence text with `use_sentence_keys`); an empty line
+    Keys are 0-based line numbers (or the stripped sentence with `use_sentence_keys`); an empty line
     gives an empty dataset, so keys stay aligned with lines. Unless `forget_sentences` or
     `use_sentence_keys`, a `sentence_to_index` dataset maps each sentence to its key. The file is
-    written under a temporary name and renamed at the end.
+    written under a temporary name and renamed at the end. See `OutputSpec` for the other options.
     """
-    if output_format not in LAYER_CHOICES:
-        raise ValueError(f"output_format must be one of {LAYER_CHOICES}, found {output_format!r}")
-    output_file = os.fspath(output_file)
-    if os.path.isdir(output_file):
-        raise InputError(f"{output_file}: is a directory; OUTPUT must be a file path")
-    if os.path.exists(output_file) and not overwrite:
-        raise InputError(f"{output_file}: already exists (pass --overwrite to replace it)")
-    n_lines, n_tokens = count_tokens(input_file)  # also validates UTF-8 before any work is done
+    spec = OutputSpec(output_format, None if layers is None else tuple(layers), pool, dtype, compression)
+    output_file = check_output(output_file, overwrite)
+    _, n_tokens = count_tokens(input_file)  # also validates UTF-8 before any work is done
+    write_lines(embedder, iter_lines(input_file), output_file, spec, batch_size=batch_size,
+                forget_sentences=forget_sentences, use_sentence_keys=use_sentence_keys, progress=progress,
+                total_tokens=n_tokens, source=os.fspath(input_file))
+
+
+def write_lines(
+    embedder: Embedder,
+    lines: Iterable[tuple[int, str]],
+    output_file: str,
+    spec: OutputSpec,
+    batch_size: int = 64,
+    forget_sentences: bool = False,
+    use_sentence_keys: bool = False,
+    progress: bool = True,
+    total_tokens: int | None = None,
+    source: str = "input",
+) -> None:
+    """Embed (line number, text) pairs in one stream and write them atomically to `output_file`.
+
+    Memory is bounded by the embedder's window, except the `sentence_to_index` dict, which holds every
+    distinct sentence until the end (pass `forget_sentences` for corpora too big for that).
+    """
+    spec.check_model(embedder.bilm.num_layers)
     keep_index = not (forget_sentences or use_sentence_keys)
     texts: dict[str, str] = {}
-    lines = (tokens for _, tokens in read_sentences(input_file))
-    bar = tqdm(total=n_tokens, unit="tok", unit_scale=True, desc="embedding", disable=not progress, dynamic_ncols=True)
-    with atomic_path(output_file) as tmp, h5py.File(tmp, "w") as out:
-        for number, (tokens, vectors) in enumerate(_paired(lines, embedder, output_format, batch_size)):
-            sentence = " ".join(tokens)
+    pending: deque[tuple[int, str]] = deque()
+
+    def tokens():  # remember each line's number and text until its vectors come back
+        for number, text in lines:
+            pending.append((number, text.strip()))
+            yield text.split()
+
+    bar = tqdm(total=total_tokens, unit="tok", unit_scale=True, desc="embedding", disable=not progress,
+               dynamic_ncols=True)
+    with bar, atomic_path(output_file) as tmp, h5py.File(tmp, "w") as out:
+        for vectors in embedder.embed_sentences(tokens(), layers="all", batch_size=batch_size):
+            number, sentence = pending.popleft()
             key = sentence if use_sentence_keys else str(number)
-            if use_sentence_keys and key in out:
-                raise InputError(f"{input_file}, line {number + 1}: duplicate sentence, cannot be a key twice: {sentence!r}")
-            if use_sentence_keys and not key:
-                raise InputError(f"{input_file}, line {number + 1}: an empty line cannot be a sentence key")
-            out.create_dataset(key, data=vectors.astype(np.float32, copy=False))
+            if use_sentence_keys:
+                check_sentence_key(out, key, source, number)
+            spec.write(out, key, vectors)
             if keep_index:
                 texts[sentence] = key
-            bar.update(len(tokens))
+            bar.update(vectors.shape[1])
         if keep_index:
-            table = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype(encoding="utf-8"))
-            table[0] = json.dumps(texts)
-    bar.close()
+            write_index(out, texts)
 
 
-def _paired(lines, embedder: Embedder, output_format: str, batch_size: int):
-    """Pair each input sentence with its vectors while reading the input only once."""
-    pending: deque[list[str]] = deque()
+def check_sentence_key(used: Container[str], key: str, source: str, number: int) -> None:
+    """With --use-sentence-keys, a line must be non-empty and new (`used`: the keys so far)."""
+    if not key:
+        raise InputError(f"{source}, line {number + 1}: an empty line cannot be a sentence key "
+                         "(drop --use-sentence-keys to key by line number)")
+    if key in used:
+        raise InputError(f"{source}, line {number + 1}: duplicate sentence, cannot be a key twice: {key!r} "
+                         "(drop --use-sentence-keys to key by line number)")
 
-    def remember(source):
-        for tokens in source:
-            pending.append(tokens)
-            yield tokens
 
-    for vectors in embedder.embed_sentences(remember(lines), layers=output_format, batch_size=batch_size):
-        yield pending.popleft(), vectors
+def write_index(out: h5py.Group, texts: dict[str, str]) -> None:
+    """`sentence_to_index`: shape (1,), one vlen UTF-8 string holding json.dumps({sentence: key})."""
+    table = out.create_dataset(INDEX_KEY, (1,), dtype=h5py.string_dtype(encoding="utf-8"))
+    table[0] = json.dumps(texts)

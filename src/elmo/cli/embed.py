@@ -1,12 +1,14 @@
-"""`elmo embed INPUT OUTPUT`: one HDF5 dataset of ELMo vectors per input line."""
+"""`elmo embed INPUT OUTPUT`: one HDF5 dataset of ELMo vectors per input line, on 1 or N ranks (torchrun)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 
 import torch
 
-from ..embed_file import embed_file
+from ..embed_file import COMPRESSIONS, DTYPES, POOLS, OutputSpec, check_output, embed_file, parse_layers
+from ..embed_parallel import Ranks, embed_corpus
 from ..embedder import Embedder
 from ..errors import InputError
 from ..models import resolve_model
@@ -15,24 +17,39 @@ from ..models import resolve_model
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("embed", help="embed a tokenized text file (one sentence per line) into HDF5",
                        description="Embed a UTF-8 file, one whitespace-tokenized sentence per line, into HDF5 "
-                       "in the layout of AllenNLP's former `allennlp elmo` command.")
-    p.add_argument("input", help="UTF-8 text, one whitespace-tokenized sentence per line")
+                       "in the layout of AllenNLP's former `allennlp elmo` command. Under `torchrun "
+                       "--nproc_per_node=N elmo embed ...` the lines are split between the N processes and "
+                       "rank 0 joins the parts; `--resume` continues a run that was killed.")
+    p.add_argument("input", help="UTF-8 text, one whitespace-tokenized sentence per line (.gz is read too)")
     p.add_argument("output", help="HDF5 file to write (written to a temporary name, renamed at the end)")
     p.add_argument("--model", default=None, help="bundled model name or model directory (default: the bundled model)")
     p.add_argument("--options", help="options.json (with --weights, instead of --model)")
     p.add_argument("--weights", help="weights.hdf5 (with --options)")
-    layers = p.add_mutually_exclusive_group()
-    layers.add_argument("--all", dest="layers", action="store_const", const="all", help="all layers, (L+1, n, D) (default)")
-    layers.add_argument("--top", dest="layers", action="store_const", const="top", help="top layer only, (n, D)")
-    layers.add_argument("--average", dest="layers", action="store_const", const="average", help="mean of the layers, (n, D)")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--all", dest="output_format", action="store_const", const="all",
+                     help="all layers, (L+1, n, D) (default)")
+    fmt.add_argument("--top", dest="output_format", action="store_const", const="top", help="top layer only, (n, D)")
+    fmt.add_argument("--average", dest="output_format", action="store_const", const="average",
+                     help="mean of the layers, (n, D)")
+    p.add_argument("--layers", help="a subset of layers such as 1,2 (0 = token layer), with --all or --average")
+    p.add_argument("--pool", choices=POOLS, help="one masked mean or max vector per line instead of one per token")
+    p.add_argument("--dtype", choices=DTYPES, default="float32",
+                   help="stored precision (computed in float32; float16 halves the file)")
+    p.add_argument("--compression", choices=COMPRESSIONS, help="HDF5 compression of each dataset (lossless)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--stateful", action="store_true",
-                   help="carry LSTM state per batch row in file order, as the original tools did (default: stateless)")
+                   help="carry LSTM state per batch row in file order, as the original tools did (default: "
+                   "stateless); one process, no --resume")
     p.add_argument("--forget-sentences", action="store_true", help="do not write the sentence_to_index dataset")
     p.add_argument("--use-sentence-keys", action="store_true", help="key datasets by sentence text instead of line number")
-    p.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
-    p.add_argument("--device", default="cpu", help="cpu or cuda:N")
-    p.set_defaults(func=run, layers="all")
+    p.add_argument("--overwrite", action="store_true", help="replace OUTPUT (and the parts of an earlier run) if they exist")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the finished parts in OUTPUT.parts/ of a killed run and embed only the rest")
+    p.add_argument("--part-lines", type=int, default=10_000,
+                   help="lines per part file (default 10000): a crash loses at most one part per process")
+    p.add_argument("--device", default="cpu",
+                   help="cpu, cuda or cuda:N (under torchrun, cuda means cuda:LOCAL_RANK)")
+    p.set_defaults(func=run, output_format="all")
 
 
 def load_embedder(args: argparse.Namespace) -> Embedder:
@@ -52,8 +69,25 @@ def load_embedder(args: argparse.Namespace) -> Embedder:
 
 
 def run(args: argparse.Namespace) -> int:
-    embedder = load_embedder(args)
-    embed_file(embedder, args.input, args.output, output_format=args.layers, batch_size=args.batch_size,
-               forget_sentences=args.forget_sentences, use_sentence_keys=args.use_sentence_keys,
-               overwrite=args.overwrite)
+    spec = OutputSpec(args.output_format, parse_layers(args.layers), args.pool, args.dtype, args.compression)
+    check_output(args.output, args.overwrite)  # before the model loads: fail fast
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if args.stateful and (args.resume or world > 1):
+        raise InputError("--stateful runs in one process and cannot be resumed: each line's vectors depend on "
+                         "every earlier line (drop --resume / torchrun, or drop --stateful)")
+    if args.stateful:
+        embed_file(load_embedder(args), args.input, args.output, args.output_format, batch_size=args.batch_size,
+                   forget_sentences=args.forget_sentences, use_sentence_keys=args.use_sentence_keys,
+                   overwrite=args.overwrite, layers=spec.layers, pool=spec.pool, dtype=spec.dtype,
+                   compression=spec.compression)
+        return 0
+    ranks = Ranks.from_env()
+    if args.device == "cuda" and ranks.world > 1:
+        args.device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
+    try:
+        embed_corpus(load_embedder(args), args.input, args.output, spec, batch_size=args.batch_size,
+                     forget_sentences=args.forget_sentences, use_sentence_keys=args.use_sentence_keys,
+                     overwrite=args.overwrite, resume=args.resume, part_lines=args.part_lines, ranks=ranks)
+    finally:
+        ranks.close()
     return 0

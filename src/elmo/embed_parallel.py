@@ -1,0 +1,317 @@
+"""Corpus-scale embedding: the input in line-range parts, spread over ranks (torchrun), then joined.
+
+The input is cut into blocks of `part_lines` lines. Each block becomes one part file,
+`OUTPUT.parts/lines-<start>-<end>.h5`, written atomically, with the datasets of its lines keyed by
+line number and a header attribute naming the model (a hash of its weights), the input (a hash of
+its bytes) and the output settings. Rank 0 plans which blocks are missing, every rank embeds its
+contiguous share of them, and rank 0 joins all parts, in line order, into one HDF5 in the layout of
+doc 6.2. A crash loses at most the block each rank was writing; `resume=True` keeps the finished
+parts, after checking that they come from the same model, input and settings.
+
+Each block is embedded from its first line, so the batches, and therefore the vectors to the last
+bit, do not depend on how many ranks ran it. Memory is bounded by the block and the batch, except
+the `sentence_to_index` dict built during the join (one entry per distinct sentence).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import sys
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Callable, TypeVar
+
+import h5py
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from .embed_file import OutputSpec, check_output, check_sentence_key, link_plist, write_index
+from .embedder import Embedder
+from .errors import ElmoError, InputError
+from .fileio import atomic_path, iter_lines
+
+PART_ATTR = "elmo_part"
+PART_FORMAT = 1
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place among the torchrun workers (rank 0 of 1 without torchrun)."""
+
+    rank: int = 0
+    world: int = 1
+
+    @classmethod
+    def from_env(cls) -> "Ranks":
+        """Read torchrun's RANK/WORLD_SIZE; with several ranks, join a gloo group (CPU is enough)."""
+        world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+        if world > 1 and not dist.is_initialized():
+            # Ranks wait for each other only at the join, possibly for hours on a big corpus.
+            dist.init_process_group("gloo", timeout=timedelta(hours=72))
+        return cls(rank, world)
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
+
+    def from_rank0(self, make: Callable[[], T]) -> T:
+        """Rank 0 runs `make`; every rank gets its result, or raises rank 0's error."""
+        if self.world == 1:
+            return make()
+        box: list = [None]
+        if self.rank == 0:
+            try:
+                box[0] = (True, make())
+            except ElmoError as e:
+                box[0] = (False, e)
+        dist.broadcast_object_list(box, src=0)
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+    def close(self) -> None:
+        if self.world > 1 and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+@dataclass
+class Plan:
+    """What to embed: all blocks (start, end), their token counts, and the ones still missing."""
+
+    parts_dir: str
+    header: dict
+    blocks: list[tuple[int, int]]
+    tokens: list[int]
+    todo: list[int]
+
+    @property
+    def n_lines(self) -> int:
+        return self.header["input"]["lines"]
+
+    @property
+    def part_lines(self) -> int:
+        return self.header["settings"]["part_lines"]
+
+    def part_path(self, block: int) -> str:
+        start, end = self.blocks[block]
+        return os.path.join(self.parts_dir, part_name(start, end))
+
+    def share(self, rank: int, world: int) -> list[int]:
+        """A contiguous run of `todo` for this rank, balanced by tokens + lines (both cost time)."""
+        weights = [self.tokens[b] + self.blocks[b][1] - self.blocks[b][0] for b in self.todo]
+        total, done, mine = sum(weights), 0, []
+        for block, weight in zip(self.todo, weights):
+            if min(world - 1, int((done + weight / 2) * world / total)) == rank:
+                mine.append(block)
+            done += weight
+        return mine
+
+
+def part_name(start: int, end: int) -> str:
+    return f"lines-{start:012d}-{end:012d}.h5"
+
+
+def parts_dir_of(output_file: str) -> str:
+    return output_file + ".parts"
+
+
+def model_fingerprint(bilm: torch.nn.Module) -> str:
+    """sha256 of the architecture and every weight: the same model gives the same hash wherever it was loaded from."""
+    h = hashlib.sha256(repr(bilm.config).encode())
+    for name, tensor in sorted(bilm.state_dict().items()):
+        array = tensor.detach().cpu().contiguous().numpy()
+        h.update(f"{name}:{array.dtype}:{array.shape}".encode())
+        h.update(memoryview(array.reshape(-1)).cast("B"))
+    return h.hexdigest()
+
+
+def scan_input(path: str, part_lines: int, use_sentence_keys: bool) -> tuple[dict, list[tuple[int, int]], list[int]]:
+    """One pass over INPUT: its sha256 and line count, the blocks with their token counts.
+
+    Invalid UTF-8, and with `use_sentence_keys` an empty or repeated sentence, is an error naming the
+    line before any work is done (the set of sentences is kept only in that mode).
+    """
+    blocks, tokens, seen = [], [], set()
+    for number, text in iter_lines(path):
+        if number % part_lines == 0:
+            blocks.append((number, number))
+            tokens.append(0)
+        blocks[-1] = (blocks[-1][0], number + 1)
+        tokens[-1] += len(text.split())
+        if use_sentence_keys:
+            check_sentence_key(seen, text.strip(), path, number)
+            seen.add(text.strip())
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return {"sha256": digest.hexdigest(), "lines": blocks[-1][1] if blocks else 0}, blocks, tokens
+
+
+def make_plan(embedder: Embedder, input_file: str, output_file: str, spec: OutputSpec, part_lines: int,
+              use_sentence_keys: bool, overwrite: bool, resume: bool) -> Plan:
+    """Check INPUT and OUTPUT, prepare OUTPUT.parts/, and list the blocks still to embed (rank 0 only)."""
+    if part_lines <= 0:
+        raise InputError(f"--part-lines must be positive, found {part_lines}")
+    spec.check_model(embedder.bilm.num_layers)
+    check_output(output_file, overwrite)
+    input_id, blocks, tokens = scan_input(input_file, part_lines, use_sentence_keys)
+    header = {"format": PART_FORMAT, "model": model_fingerprint(embedder.bilm), "input": input_id,
+              "settings": {**spec.settings(), "part_lines": part_lines}}
+    plan = Plan(parts_dir_of(output_file), header, blocks, tokens, list(range(len(blocks))))
+    if os.path.isdir(plan.parts_dir):
+        if resume:
+            remove_leftovers(plan.parts_dir, output_file)
+            plan.todo = [b for b in plan.todo if not part_is_done(plan, b)]
+        elif overwrite:
+            remove_parts(plan.parts_dir)
+        else:
+            raise InputError(f"{plan.parts_dir}: holds the parts of an earlier, unfinished run; pass --resume to "
+                             "continue it, or --overwrite to start over")
+    elif os.path.exists(plan.parts_dir):
+        raise InputError(f"{plan.parts_dir}: exists and is not a directory; it is where the parts of OUTPUT go")
+    os.makedirs(plan.parts_dir, exist_ok=True)
+    return plan
+
+
+def part_is_done(plan: Plan, block: int) -> bool:
+    """True for a finished part from this model, input and settings; any other part is an error."""
+    path = plan.part_path(block)
+    if not os.path.exists(path):
+        return False
+    try:
+        with h5py.File(path, "r") as f:
+            found = json.loads(f.attrs[PART_ATTR])
+    except (OSError, KeyError, ValueError, TypeError) as e:
+        raise InputError(f"{path}: not a part file of `elmo embed` ({e}); remove it, or pass --overwrite "
+                         "without --resume to start over") from None
+    expected = {**plan.header, "lines": list(plan.blocks[block])}
+    restart = "resume with the same model, input and options, or pass --overwrite without --resume to start over"
+    if found.get("model") != expected["model"]:
+        raise InputError(f"{path}: written by another model (weights sha256 {str(found.get('model'))[:12]}…, this "
+                         f"run's model {expected['model'][:12]}…); {restart}")
+    if found.get("input") != expected["input"]:
+        raise InputError(f"{path}: written for another INPUT ({found.get('input')}, this run's input is "
+                         f"{expected['input']}); {restart}")
+    theirs, ours = found.get("settings", {}), expected["settings"]
+    differ = [f"{k}={theirs.get(k)!r} there, {ours.get(k)!r} now" for k in sorted(set(theirs) | set(ours))
+              if theirs.get(k) != ours.get(k)]
+    if differ:
+        raise InputError(f"{path}: written with other settings ({'; '.join(differ)}); {restart}")
+    if found != expected:
+        raise InputError(f"{path}: its header {found} does not match this run's {expected}; {restart}")
+    return True
+
+
+def remove_leftovers(parts_dir: str, output_file: str) -> None:
+    """Temporary files of a killed run: unfinished parts, and an unfinished join of OUTPUT."""
+    out_dir, out_name = os.path.split(os.path.abspath(output_file))
+    for directory, prefix in ((parts_dir, ".lines-"), (out_dir, f".{out_name}.")):
+        for name in os.listdir(directory):
+            if name.startswith(prefix) and name.endswith(".tmp"):
+                os.remove(os.path.join(directory, name))
+
+
+def remove_parts(parts_dir: str) -> None:
+    """Remove the part files (finished or not) and the folder if nothing else is in it."""
+    for name in os.listdir(parts_dir):
+        if (name.startswith("lines-") and name.endswith(".h5")) or (name.startswith(".lines-") and name.endswith(".tmp")):
+            os.remove(os.path.join(parts_dir, name))
+    try:
+        os.rmdir(parts_dir)
+    except OSError:
+        pass  # someone else's file is in there; leave it
+
+
+def write_parts(embedder: Embedder, input_file: str, plan: Plan, blocks: list[int], spec: OutputSpec,
+                batch_size: int, bar: tqdm) -> None:
+    """Embed `blocks` (sorted) in one pass over INPUT, one atomically written part file per block."""
+    todo = set(blocks)
+    for block, lines in itertools.groupby(iter_lines(input_file), key=lambda item: item[0] // plan.part_lines):
+        if not todo:
+            break
+        if block not in todo:
+            continue
+        texts = [text for _, text in lines]
+        start = plan.blocks[block][0]
+        with atomic_path(plan.part_path(block)) as tmp, h5py.File(tmp, "w") as out:
+            out.attrs[PART_ATTR] = json.dumps({**plan.header, "lines": list(plan.blocks[block])})
+            sentences = (text.split() for text in texts)
+            for i, vectors in enumerate(embedder.embed_sentences(sentences, layers="all", batch_size=batch_size)):
+                spec.write(out, str(start + i), vectors)
+                bar.update(vectors.shape[1])
+        todo.discard(block)
+
+
+def join_parts(input_file: str, output_file: str, plan: Plan, forget_sentences: bool, use_sentence_keys: bool,
+               progress: bool) -> None:
+    """Copy every line's dataset, in line order, from the parts into OUTPUT (atomically), then drop the parts."""
+    missing = [plan.part_path(b) for b in range(len(plan.blocks)) if not os.path.exists(plan.part_path(b))]
+    if missing:
+        raise InputError(f"{missing[0]}: missing ({len(missing)} part(s) in all) after every rank finished; with "
+                         "several nodes, OUTPUT must be on a filesystem that all of them share")
+    keep_index = not (forget_sentences or use_sentence_keys)
+    texts: dict[str, str] = {}
+    part = None
+    bar = tqdm(total=plan.n_lines, unit="line", unit_scale=True, desc="joining",
+               disable=not progress, dynamic_ncols=True)
+    try:
+        with bar, atomic_path(output_file) as tmp, h5py.File(tmp, "w") as out:
+            for number, text in iter_lines(input_file):
+                if number % plan.part_lines == 0:
+                    if part is not None:
+                        part.close()
+                    part = h5py.File(plan.part_path(number // plan.part_lines), "r")
+                sentence = text.strip()
+                key = sentence if use_sentence_keys else str(number)
+                try:
+                    h5py.h5o.copy(part.id, str(number).encode(), out.id, key.encode(), lcpl=link_plist())
+                except (KeyError, ValueError, RuntimeError) as e:
+                    raise InputError(f"{input_file}, line {number + 1}: cannot store the sentence {key!r} as an "
+                                     f"HDF5 key ({e}); drop --use-sentence-keys to key by line number") from None
+                if keep_index:
+                    texts[sentence] = key
+                bar.update()
+            if keep_index:
+                write_index(out, texts)
+    finally:
+        if part is not None:
+            part.close()
+    remove_parts(plan.parts_dir)
+
+
+def embed_corpus(embedder: Embedder, input_file: str | os.PathLike, output_file: str | os.PathLike,
+                 spec: OutputSpec = OutputSpec(), batch_size: int = 64, forget_sentences: bool = False,
+                 use_sentence_keys: bool = False, overwrite: bool = False, resume: bool = False,
+                 part_lines: int = 10_000, progress: bool = True, ranks: Ranks = Ranks()) -> None:
+    """`elmo embed` for a stateless embedder: plan, embed this rank's share of the parts, join on rank 0.
+
+    Call it on every rank with the same arguments (torchrun); without torchrun, `ranks` is rank 0 of 1.
+    """
+    input_file, output_file = os.fspath(input_file), os.fspath(output_file)
+    if embedder.stateful:
+        raise InputError("parts, ranks and --resume need a stateless embedder: with state carried between "
+                         "batches every line depends on all earlier ones, so a run cannot be split or continued")
+    plan = ranks.from_rank0(lambda: make_plan(embedder, input_file, output_file, spec, part_lines, use_sentence_keys,
+                                              overwrite, resume))
+    mine = plan.share(ranks.rank, ranks.world) if plan.todo else []
+    show = progress and ranks.rank == 0
+    if show:
+        done = len(plan.blocks) - len(plan.todo)
+        todo_lines = sum(plan.blocks[b][1] - plan.blocks[b][0] for b in plan.todo)
+        tqdm.write(f"elmo embed: {plan.n_lines} lines in {len(plan.blocks)} part(s) of up to {part_lines} lines; "
+                   f"{done} already written; embedding {todo_lines} lines on {ranks.world} rank(s)", file=sys.stderr)
+    desc = "embedding" if ranks.world == 1 else f"embedding (rank 0 of {ranks.world})"
+    with tqdm(total=sum(plan.tokens[b] for b in mine), unit="tok", unit_scale=True, desc=desc, disable=not show,
+              dynamic_ncols=True) as bar:
+        write_parts(embedder, input_file, plan, mine, spec, batch_size, bar)
+    ranks.barrier()
+    if ranks.rank == 0:
+        join_parts(input_file, output_file, plan, forget_sentences, use_sentence_keys, progress)
+
