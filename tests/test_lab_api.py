@@ -89,7 +89,8 @@ def test_page_and_static_files_are_served_with_no_outside_links(client):
     page = client.get("/")
     assert page.status_code == 200 and "ELMo lab" in page.text
     assert "default-src 'self'" in page.headers["content-security-policy"]
-    names = ["index.html"] + [f"{n}.js" for n in ("main", "common", "p1", "p2", "p3", "p4", "p5", "p6", "p7")] + ["lab.css"]
+    scripts = ["main", "common", "p1", "p2", "p3", "p4", "p5", "p6", "p7"]
+    names = ["index.html", "lab.css"] + [f"{n}.js" for n in scripts]
     for name in names:
         text = client.get(f"/static/{name}").text
         assert text, name
@@ -158,7 +159,8 @@ def test_panel4_and_3_with_task_models(lab, files, monkeypatch, tmp_path):
     fake = types.ModuleType("elmo.tasks")
     fake.load_tagger = lambda path: CapitalisedTagger(with_parts="parts" in str(path))
     monkeypatch.setitem(sys.modules, "elmo.tasks", fake)
-    (tmp_path / "pos.json").write_text(json.dumps({"scalar_mix": {"input": {"weights": [0.6, 0.3, 0.1], "gamma": 0.5}}}))
+    pos_mix = {"scalar_mix": {"input": {"weights": [0.6, 0.3, 0.1], "gamma": 0.5}}}
+    (tmp_path / "pos.json").write_text(json.dumps(pos_mix))
     with_tasks = LabModels.load(options=str(files.options), weights=str(files.weights), ner="ner-parts",
                                 ner_baseline="ner-base", presets=[("POS", str(tmp_path / "pos.json"))])
     client = TestClient(create_app(with_tasks, lab[1]))
@@ -239,3 +241,19 @@ def test_unknown_paths_and_methods_are_json_errors(client):
     assert client.get("/api/nothing").status_code == 404 and "error" in client.get("/api/nothing").json()
     r = client.get("/api/tag")
     assert r.status_code == 405 and "GET /api/tag" in r.json()["error"]
+
+
+def test_cli_errors_are_one_clear_line(files, capsys):
+    from elmo.cli import main
+    from elmo.models import bundled_models
+
+    model = ["--options", str(files.options), "--weights", str(files.weights), "--no-browser"]
+    assert main(["lab", *model, "--preset", "no-equals-sign"]) == 2
+    assert "expected NAME=PATH" in capsys.readouterr().err
+    assert main(["lab", *model, "--port", "70000"]) == 2
+    assert "between 0 and 65535" in capsys.readouterr().err
+    assert main(["lab", "--options", str(files.options), "--no-browser"]) == 2
+    assert "--options and --weights go together" in capsys.readouterr().err
+    if "default" not in bundled_models():  # until the default model ships, a plain `elmo lab` says what to give
+        assert main(["lab", "--no-browser"]) == 2
+        assert "give --model DIR, or --options and --weights" in capsys.readouterr().err

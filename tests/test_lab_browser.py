@@ -43,7 +43,9 @@ def find_chromium() -> str:
 
 def elmo_command() -> list[str]:
     script = Path(sys.executable).with_name("elmo")
-    return [str(script)] if script.is_file() else [shutil.which("elmo") or pytest.skip("the elmo command is not installed")]
+    if script.is_file():
+        return [str(script)]
+    return [shutil.which("elmo") or pytest.skip("the elmo command is not installed")]
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +61,8 @@ def server(tmp_path_factory):
     else:
         options, weights = fixture_files()
         vocab, softmax = write_test_softmax(folder)
-        model_args = ["--options", str(options), "--weights", str(weights), "--vocab", str(vocab), "--softmax", str(softmax)]
+        model_args = ["--options", str(options), "--weights", str(weights), "--vocab", str(vocab),
+                      "--softmax", str(softmax)]
         paths = (options, weights, vocab, softmax)
     log = open(folder / "stderr.txt", "w+")
     proc = subprocess.Popen(elmo_command() + ["lab", *model_args, "--data", str(data), "--reference-size", SIZE,

@@ -96,7 +96,8 @@ def create_app(lab: LabModels, ref: ReferenceSet, limits: Limits = Limits()):
         return JSONResponse({"error": str(exc)}, status_code=exc.status)
 
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        return JSONResponse({"error": f"{exc.detail}: {request.method} {request.url.path}"}, status_code=exc.status_code)
+        message = f"{exc.detail}: {request.method} {request.url.path}"
+        return JSONResponse({"error": message}, status_code=exc.status_code)
 
     async def model_error(request: Request, exc: ElmoError) -> JSONResponse:
         return JSONResponse({"error": f"the model could not answer: {exc}"}, status_code=500)

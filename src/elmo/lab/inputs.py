@@ -42,7 +42,8 @@ def sentence_tokens(value: Any, limits: Limits, what: str = "sentence") -> list[
     """A sentence given as text or as a list of tokens -> checked tokens."""
     if isinstance(value, str):
         if len(value) > limits.max_chars:
-            raise LabInputError(f"{what} is {len(value)} characters long; the lab takes at most {limits.max_chars}", 413)
+            raise LabInputError(f"{what} is {len(value)} characters long; the lab takes at most {limits.max_chars}",
+                                413)
         tokens = tokenize(value)
     elif isinstance(value, list) and all(isinstance(t, str) and t and not t.isspace() for t in value):
         tokens = list(value)

@@ -34,8 +34,9 @@ class LMHead:
 
     def __init__(self, vocab: list[str], weight: np.ndarray, bias: np.ndarray, source: str = ""):
         if weight.ndim != 2 or weight.shape[0] != len(vocab) or bias.shape != (len(vocab),):
+            v = len(vocab)
             raise ModelFileError(f"{source}: softmax W {weight.shape} and b {bias.shape} do not match "
-                                 f"a vocabulary of {len(vocab)} tokens (expected W ({len(vocab)}, P), b ({len(vocab)},))")
+                                 f"a vocabulary of {v} tokens (expected W ({v}, P), b ({v},))")
         self.vocab = vocab
         self.index = {w: i for i, w in enumerate(vocab)}
         self.weight = weight.astype(np.float32)

@@ -73,6 +73,19 @@ def sense_distances(vectors: np.ndarray, senses: list[str]) -> dict:
     return out
 
 
+def plot_points(groups: list[tuple[str, list[str], list[str], list[np.ndarray]]]) -> dict:
+    """[(kind, labels, senses, vectors)] -> one 2-D PCA of all the vectors, as points for the page."""
+    vectors = [v for _, _, _, vs in groups for v in vs]
+    coords, variance = pca_2d(np.stack(vectors))
+    points, k = [], 0
+    for kind, labels, senses, _ in groups:
+        for label, sense in zip(labels, senses):
+            points.append({"kind": kind, "label": label, "sense": sense,
+                           "x": round(float(coords[k, 0]), 4), "y": round(float(coords[k, 1]), 4)})
+            k += 1
+    return {"points": points, "variance": [round(v, 4) for v in variance]}
+
+
 def contextual(lab: LabModels, ref: ReferenceSet, payload: dict, limits: Limits) -> dict:
     """Panel 1: the word's static point (layer 0) against its contextual points, with neighbours."""
     word, sentences, senses = parse_word_sentences(payload, limits)
@@ -81,38 +94,30 @@ def contextual(lab: LabModels, ref: ReferenceSet, payload: dict, limits: Limits)
     if not 1 <= layer <= top:
         raise LabInputError(f"'layer' must be between 1 and {top}")
     occ = find_occurrences(lab, word, sentences, senses)
-    occ_senses = [o.sense for o in occ]
     static = np.stack([o.layers[0] for o in occ])
-    surfaces = sorted({o.token for o in occ})
-    static_spread = float((1.0 - pairwise_cosine(static)).max()) if len(occ) > 1 else 0.0
-    distances = [{"layer": j, **sense_distances(np.stack([o.layers[j] for o in occ]), occ_senses)}
+    spellings = sorted({o.token for o in occ})
+    spread = float((1.0 - pairwise_cosine(static)).max()) if len(occ) > 1 else 0.0
+    distances = [{"layer": j, **sense_distances(np.stack([o.layers[j] for o in occ]), [o.sense for o in occ])}
                  for j in range(lab.num_layers)]
-    # The plot: one static point per spelling, each occurrence in `layer`, and their neighbours.
-    static_pts = [static[[o.token for o in occ].index(s)] for s in surfaces]
     found = [ref.nearest(f"layer{layer}", o.layers[layer], 5) for o in occ]
-    neigh = [[{**ref.context(i), "similarity": round(sim, 4)} for i, sim in f] for f in found]
-    ctx_vecs = [o.layers[layer] for o in occ]
-    nb_idx = sorted({i for f in found for i, _ in f})
-    coords, variance = pca_2d(np.stack(static_pts + ctx_vecs + [ref.layers[i, layer] for i in nb_idx]))
-    points = [{"kind": "static", "label": f"{s} (static)", "x": coords[k, 0], "y": coords[k, 1]}
-              for k, s in enumerate(surfaces)]
-    base = len(surfaces)
-    for k, o in enumerate(occ):
-        points.append({"kind": "context", "label": f"{o.token} #{o.sentence + 1}", "sense": o.sense,
-                       "x": coords[base + k, 0], "y": coords[base + k, 1]})
-    base += len(occ)
-    for k, i in enumerate(nb_idx):
-        points.append({"kind": "neighbour", "label": str(ref.tokens[i]), "x": coords[base + k, 0], "y": coords[base + k, 1]})
-    for p in points:
-        p["x"], p["y"] = round(float(p["x"]), 4), round(float(p["y"]), 4)
+    near = sorted({i for f in found for i, _ in f})
+    plot = plot_points([
+        ("static", [f"{s} (static)" for s in spellings], [""] * len(spellings),
+         [static[[o.token for o in occ].index(s)] for s in spellings]),  # one point per spelling
+        ("context", [f"{o.token} #{o.sentence + 1}" for o in occ], [o.sense for o in occ],
+         [o.layers[layer] for o in occ]),
+        ("neighbour", [str(ref.tokens[i]) for i in near], [""] * len(near), [ref.layers[i, layer] for i in near]),
+    ])
+    half = lab.bilm.config.projection_dim
     return {
         "word": word, "layer": layer, "layers": lab.num_layers,
-        "static": {"points": len(surfaces), "spellings": surfaces, "spread": round(static_spread, 4),
-                   "neighbours": ref.neighbours("projection", static[0, : lab.bilm.config.projection_dim], 5)},
+        "static": {"points": len(spellings), "spellings": spellings, "spread": round(spread, 4),
+                   "neighbours": ref.neighbours("projection", static[0, :half], 5)},
         "occurrences": [{"sentence": o.sentence, "index": o.index, "token": o.token, "sense": o.sense,
-                         "text": " ".join(sentences[o.sentence]), "neighbours": n} for o, n in zip(occ, neigh)],
+                         "text": " ".join(sentences[o.sentence]), "neighbours": [ref.describe(i, sim) for i, sim in f]}
+                        for o, f in zip(occ, found)],
         "distances": distances,
-        "plot": {"points": points, "variance": [round(v, 4) for v in variance]},
+        "plot": plot,
     }
 
 
@@ -128,15 +133,12 @@ def mix(lab: LabModels, ref: ReferenceSet, payload: dict, limits: Limits) -> dic
     mixed = np.stack([gamma * np.einsum("j,jd->d", s, o.layers) for o in occ])
     sims = pairwise_cosine(mixed) if gamma > 0 else np.zeros((len(occ), len(occ)))
     units = ref.mixed_units(s)
-    rows = []
-    for o, v in zip(occ, mixed):
-        found = top_k(v, units, 3) if gamma > 0 else []
-        rows.append({"sentence": o.sentence, "token": o.token, "sense": o.sense, "norm": round(float(np.linalg.norm(v)), 4),
-                     "neighbours": [{**ref.context(i), "similarity": round(sim, 4)} for i, sim in found]})
-    out = {"weights": [round(float(x), 4) for x in s], "gamma": gamma, "occurrences": rows,
-           "similarity": np.round(sims, 4).tolist(), "distance": sense_distances(mixed, [o.sense for o in occ])
-           if gamma > 0 else {"mean": 0.0}}
-    return out
+    rows = [{"sentence": o.sentence, "token": o.token, "sense": o.sense, "norm": round(float(np.linalg.norm(v)), 4),
+             "neighbours": [ref.describe(i, sim) for i, sim in (top_k(v, units, 3) if gamma > 0 else [])]}
+            for o, v in zip(occ, mixed)]
+    return {"weights": [round(float(x), 4) for x in s], "gamma": gamma, "occurrences": rows,
+            "similarity": np.round(sims, 4).tolist(),
+            "distance": sense_distances(mixed, [o.sense for o in occ]) if gamma > 0 else {"mean": 0.0}}
 
 
 def build(lab: LabModels, ref: ReferenceSet, payload: dict, limits: Limits) -> dict:

@@ -101,12 +101,15 @@ class ReferenceSet:
         (token occurrences) or 'cnn', 'highway', 'projection' (token types)."""
         return top_k(vector, self._units[table], k)
 
+    def describe(self, i: int, similarity: float) -> dict:
+        return {**self.context(i), "similarity": round(similarity, 4)}
+
     def neighbours(self, table: str, vector: np.ndarray, k: int = 5) -> list[dict]:
         """The nearest rows described for the page: the token, its context (or just the type)."""
         found = self.nearest(table, vector, k)
         if table in TYPE_TABLES:
             return [{"token": str(self.types[i]), "similarity": round(sim, 4)} for i, sim in found]
-        return [{**self.context(i), "similarity": round(sim, 4)} for i, sim in found]
+        return [self.describe(i, sim) for i, sim in found]
 
     def mixed_units(self, weights: np.ndarray) -> np.ndarray:
         """Unit rows of sum_j s_j * layer_j (gamma does not change a cosine)."""

@@ -1,15 +1,17 @@
 """Panel 7: the paper's six benchmarks beside the numbers this project measured.
 
 The paper's figures are Table 1 of Peters et al. (2018), "baseline" and "ELMo + baseline". Ours
-come from a results file written by the task experiments (docs/results.json next to
-docs/results.md, or --results), never typed here. Increases and relative error reductions are
-computed from the figures, so they cannot drift from them.
+come from the task experiments, never typed here: either the per-run metrics files that
+scripts/run_results.py turns into docs/results.md (a folder, e.g. runs/results), or one JSON file
+in the lab's own shape (docs/results.json). Increases and relative error reductions are computed
+from the figures, so they cannot drift from them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 from pathlib import Path
 
 from ..errors import InputError
@@ -30,21 +32,60 @@ def error_reduction(baseline: float, elmo: float, scale: float = 100.0) -> float
     return 100.0 * (elmo - baseline) / (scale - baseline)
 
 
+TASK_NAMES = {"ner": "NER", "sst5": "SST-5", "pos": "POS"}
+
+
 def find_results(explicit: str | os.PathLike | None = None) -> Path | None:
-    """--results, or docs/results.json in the checkout this package runs from, or in the current folder."""
+    """--results, or docs/results.json or runs/results/ in the checkout this package runs from (or in
+    the current folder)."""
     if explicit:
         return Path(explicit)
     for root in (Path(__file__).resolve().parents[3], Path.cwd()):
-        candidate = root / "docs" / "results.json"
-        if candidate.is_file():
-            return candidate
+        for candidate in (root / "docs" / "results.json", root / "runs" / "results"):
+            if candidate.exists():
+                return candidate
     return None
+
+
+def from_metrics_folder(folder: Path) -> dict:
+    """Per-run metrics files of `elmo task train` (full training data only) -> mean and std per arm."""
+    scores: dict[tuple[str, str], list[float]] = {}
+    metric_of: dict[str, str] = {}
+    for f in sorted(folder.glob("*.json")):
+        try:
+            m = json.loads(f.read_text(encoding="utf-8"))
+            full_run = m.get("train_fraction") == 1 and m.get("arm") in ("elmo", "static")
+            if m.get("task") not in TASK_NAMES or not full_run:
+                continue
+            score = float(m["test"][m["metric"]])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        scores.setdefault((m["task"], m["arm"]), []).append(score)
+        metric_of[m["task"]] = m["metric"]
+    out = {}
+    for task, name in TASK_NAMES.items():
+        base, elmo = scores.get((task, "static")), scores.get((task, "elmo"))
+        if not base or not elmo:
+            continue
+        entry = {"metric": metric_of[task], "baseline": round(statistics.mean(base), 2),
+                 "elmo": round(statistics.mean(elmo), 2),
+                 "note": f"test set, mean over {len(base)} / {len(elmo)} seeds (baseline / +ELMo)"}
+        if len(base) > 1:
+            entry["baseline_std"] = round(statistics.stdev(base), 2)
+        if len(elmo) > 1:
+            entry["elmo_std"] = round(statistics.stdev(elmo), 2)
+        out[name] = entry
+    return out
 
 
 def read_results(path: Path | None) -> tuple[dict, str]:
     """(our results by benchmark name, why there are none when empty)."""
     if path is None:
-        return {}, "not available yet: no docs/results.json (the task experiments write it; or pass --results FILE)"
+        return {}, ("not available yet: no measured results found (the task experiments write runs/results/; "
+                    "or pass --results FOLDER|FILE)")
+    if path.is_dir():
+        found = from_metrics_folder(path)
+        return found, "" if found else f"not available yet: no finished runs of this task in {path}"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
@@ -84,7 +125,7 @@ def results_table(ours: dict, why_none: str, data_dir: Path | None) -> list[dict
         elif data_dir is not None and not (data_dir / folder).is_dir():
             row["why"] = f"not run: ../shared/data/{folder} is missing here"
         else:
-            row["why"] = why_none or f"not available yet: the results file has no '{name}' entry"
+            row["why"] = why_none or f"not available yet: no measured result for {name}"
         rows.append(row)
     for name, entry in ours.items():  # our extra tasks (e.g. POS), not among the paper's six
         if name not in PAPER and _ours(entry) and "elmo" in entry:

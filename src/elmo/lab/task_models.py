@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,16 +95,22 @@ def load_preset(name: str, path: str | os.PathLike) -> MixPreset:
 
 
 class TaggerView:
-    """A task tagger as the lab uses it; checks what it returns so the page never shows junk."""
+    """A task tagger as the lab uses it; checks what it returns so the page never shows junk.
+
+    Calls are serialised: a task model may change itself while predicting (e.g. growing its word
+    table for new words), and requests run in parallel threads.
+    """
 
     def __init__(self, model: Any, source: str = ""):
         if not callable(getattr(model, "predict", None)):
             raise ModelFileError(f"{source}: the loaded task model has no predict(tokens) method")
         self.model = model
         self.source = source
+        self._lock = threading.Lock()
 
     def predict(self, tokens: list[str]) -> list[str]:
-        tags = list(self.model.predict(tokens))
+        with self._lock:
+            tags = list(self.model.predict(tokens))
         if len(tags) != len(tokens):
             raise ModelFileError(f"{self.source}: predict() gave {len(tags)} tags for {len(tokens)} tokens")
         return [str(t) for t in tags]
@@ -112,7 +119,8 @@ class TaggerView:
         fn = getattr(self.model, "input_parts", None)
         if not callable(fn):
             return None
-        parts = fn(tokens)
+        with self._lock:
+            parts = fn(tokens)
         return {k: np.asarray(v.detach().cpu() if hasattr(v, "detach") else v, dtype=np.float32)
                 for k, v in parts.items() if k in ("word", "elmo")}
 

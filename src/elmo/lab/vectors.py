@@ -25,17 +25,12 @@ def pairwise_cosine(x: np.ndarray) -> np.ndarray:
     return np.clip(u @ u.T, -1.0, 1.0)
 
 
-def top_k(query: np.ndarray, table_units: np.ndarray, k: int, exclude: np.ndarray | None = None) -> list[tuple[int, float]]:
+def top_k(query: np.ndarray, table_units: np.ndarray, k: int) -> list[tuple[int, float]]:
     """The k rows of `table_units` (already unit rows) most cosine-similar to `query`, best first."""
-    if table_units.shape[0] == 0:
-        return []
-    sims = table_units @ unit_rows(query[None])[0]
-    if exclude is not None and exclude.size:
-        sims = sims.copy()
-        sims[exclude] = -np.inf
-    k = min(k, int(np.isfinite(sims).sum()))
+    k = min(k, table_units.shape[0])
     if k <= 0:
         return []
+    sims = table_units @ unit_rows(query[None])[0]
     idx = np.argpartition(-sims, k - 1)[:k]
     idx = idx[np.argsort(-sims[idx], kind="stable")]
     return [(int(i), float(sims[i])) for i in idx]
