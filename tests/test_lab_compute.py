@@ -158,6 +158,29 @@ def test_results_from_the_task_runs_metrics_files(tmp_path):
     assert read_results(empty)[1].startswith("not available yet: no finished runs")
 
 
+def test_results_from_the_report_table(tmp_path):
+    report = tmp_path / "results.md"
+    report.write_text("""# Results
+
+| task | paper baseline | paper +ELMo | paper RER | ours: static | ours: +ELMo | ours: RER |
+| --- | --- | --- | --- | --- | --- | --- |
+| NER (CoNLL-2003 test, span F1) | 90.15 | 92.22 ± 0.10 | 21% | 85.10 ± 0.30 | 87.02 ± 0.21 | 12.9% |
+| POS (UD EWT test, UPOS accuracy) | — | — | — |  |  |  |
+| SST-5 (test, accuracy) | 51.4 | 54.7 ± 0.5 | 6.8% | 40.00 (1 seed) | 42.50 (1 seed) | 4.2% |
+
+| probe | layer | paper biLM | ours |
+| --- | --- | --- | --- |
+| POS, UD EWT (UPOS), accuracy | 1 | — | 93.1 |
+""", encoding="utf-8")
+    ours, why = read_results(report)
+    assert why == "" and sorted(ours) == ["NER", "SST-5"]
+    assert ours["NER"]["elmo"] == 87.02 and ours["NER"]["elmo_std"] == 0.21 and ours["NER"]["metric"] == "span F1"
+    assert ours["SST-5"]["baseline"] == 40.0 and "baseline_std" not in ours["SST-5"]
+    text = report.read_text().replace("85.10 ± 0.30 | 87.02 ± 0.21", " | ")
+    report.write_text(text.replace("40.00 (1 seed) | 42.50 (1 seed)", " | "))
+    assert read_results(report) == ({}, "not available yet: results.md has no measured numbers yet")
+
+
 def test_corpus_readers_take_real_labelled_sentences():
     data = need_data()
     ewt = corpora.ewt_sentences(data, 50)

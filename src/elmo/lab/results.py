@@ -1,16 +1,17 @@
 """Panel 7: the paper's six benchmarks beside the numbers this project measured.
 
 The paper's figures are Table 1 of Peters et al. (2018), "baseline" and "ELMo + baseline". Ours
-come from the task experiments, never typed here: either the per-run metrics files that
-scripts/run_results.py turns into docs/results.md (a folder, e.g. runs/results), or one JSON file
-in the lab's own shape (docs/results.json). Increases and relative error reductions are computed
-from the figures, so they cannot drift from them.
+come from the task experiments, never typed here: the per-run metrics files that
+scripts/run_results.py turns into docs/results.md (a folder, e.g. runs/results), the "ours" columns
+of that report's Table 1, or one JSON file in the lab's own shape (docs/results.json). Increases
+and relative error reductions are computed from the figures, so they cannot drift from them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 from pathlib import Path
 
@@ -36,12 +37,12 @@ TASK_NAMES = {"ner": "NER", "sst5": "SST-5", "pos": "POS"}
 
 
 def find_results(explicit: str | os.PathLike | None = None) -> Path | None:
-    """--results, or docs/results.json or runs/results/ in the checkout this package runs from (or in
-    the current folder)."""
+    """--results, or the first of docs/results.json, runs/results/, docs/results.md in the checkout this
+    package runs from (or in the current folder)."""
     if explicit:
         return Path(explicit)
     for root in (Path(__file__).resolve().parents[3], Path.cwd()):
-        for candidate in (root / "docs" / "results.json", root / "runs" / "results"):
+        for candidate in (root / "docs" / "results.json", root / "runs" / "results", root / "docs" / "results.md"):
             if candidate.exists():
                 return candidate
     return None
@@ -78,6 +79,37 @@ def from_metrics_folder(folder: Path) -> dict:
     return out
 
 
+_CELL = re.compile(r"^\s*(-?\d+(?:\.\d+)?)(?:\s*±\s*(\d+(?:\.\d+)?))?")
+
+
+def from_report(path: Path) -> dict:
+    """The "ours: static" / "ours: +ELMo" cells of docs/results.md's Table 1 (as run_results.py writes it)."""
+    out, header = {}, None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else None
+        if not cells:
+            header = None
+            continue
+        if "ours: static" in cells and "ours: +ELMo" in cells:
+            header = cells
+            continue
+        if header is None or len(cells) != len(header):
+            continue
+        name = next((n for n in ("NER", "POS", "SST-5") if cells[0].startswith(n)), None)
+        base, elmo = (_CELL.match(cells[header.index(h)]) for h in ("ours: static", "ours: +ELMo"))
+        if not name or not base or not elmo:
+            continue
+        metric = cells[0].rsplit(",", 1)[-1].strip(" )") if "(" in cells[0] else ""
+        entry = {"metric": metric, "baseline": float(base.group(1)), "elmo": float(elmo.group(1)),
+                 "note": f"{path.name}: {cells[0]}"}
+        if base.group(2):
+            entry["baseline_std"] = float(base.group(2))
+        if elmo.group(2):
+            entry["elmo_std"] = float(elmo.group(2))
+        out[name] = entry
+    return out
+
+
 def read_results(path: Path | None) -> tuple[dict, str]:
     """(our results by benchmark name, why there are none when empty)."""
     if path is None:
@@ -86,6 +118,9 @@ def read_results(path: Path | None) -> tuple[dict, str]:
     if path.is_dir():
         found = from_metrics_folder(path)
         return found, "" if found else f"not available yet: no finished runs of this task in {path}"
+    if path.suffix == ".md":
+        found = from_report(path)
+        return found, "" if found else f"not available yet: {path.name} has no measured numbers yet"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
