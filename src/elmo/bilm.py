@@ -134,11 +134,12 @@ class LstmLayer(nn.Module):
         active = (lengths.unsqueeze(1) > torch.arange(steps, device=lengths.device)).sum(0).tolist()
         c, h = state
         outputs = []
+        pre_steps = pre.unbind(1)  # one view per step: backward stacks their grads once, not T full-size adds
         for t in range(steps):
             n = active[t]
             if n == 0:
                 break
-            z = torch.addmm(pre[:n, t], h[:n], w_h)
+            z = torch.addmm(pre_steps[t][:n], h[:n], w_h)
             i, j, f, o = z.chunk(4, dim=1)
             c_t = torch.sigmoid(f) * c[:n] + torch.sigmoid(i) * torch.tanh(j)
             if self.cell_clip is not None:

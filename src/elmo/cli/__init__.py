@@ -12,7 +12,7 @@ import sys
 from ..errors import ElmoError
 
 # One module per command group, each with register(subparsers); add new groups here.
-COMMAND_MODULES = ["embed", "tasks", "lab"]
+COMMAND_MODULES = ["embed", "tasks", "train", "lab"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,136 @@
+"""`elmo vocab`, `elmo train`, `elmo perplexity`, `elmo export`: training biLMs on your own corpus."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..errors import InputError
+from ..options import read_options
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("vocab", help="build a vocabulary file from a tokenized corpus",
+                       description="Count tokens and write <S>, </S>, <UNK>, then tokens by descending count "
+                       "(ties in text order), one per line.")
+    p.add_argument("corpus", nargs="+", help="files or globs of tokenized text, one sentence per line (.gz ok)")
+    p.add_argument("-o", "--output", required=True, help="vocabulary file to write")
+    p.add_argument("--min-count", type=int, default=1, help="keep tokens seen at least this often (default 1)")
+    p.add_argument("--max-size", type=int, default=None, help="keep at most this many lines, specials included")
+    p.set_defaults(func=run_vocab)
+
+    p = sub.add_parser("train", help="train a biLM (bilm-tf's recipe) on a tokenized corpus",
+                       description="Train forward and backward LMs sharing the char CNN and softmax. Unset "
+                       "training values come from the options' training keys, else the original recipe.")
+    p.add_argument("--train", nargs="+", help="files or globs of tokenized text, one sentence per line (.gz ok)")
+    p.add_argument("--vocab", help="vocabulary file (`elmo vocab`)")
+    arch = p.add_mutually_exclusive_group()
+    arch.add_argument("--options", help="options.json with the architecture (training keys are read too)")
+    arch.add_argument("--preset", help="original, small or tiny")
+    p.add_argument("--init-from", metavar="MODEL_DIR", help="start from a model's weights (+ softmax.hdf5) to fine-tune")
+    p.add_argument("--out", required=True, help="run directory (checkpoints, metrics.jsonl, options.json)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
+    p.add_argument("--batch-size", type=int, help="rows per process (default 128)")
+    p.add_argument("--unroll-steps", type=int, help="window length, truncated BPTT (default 20)")
+    p.add_argument("--dropout", type=float, help="default 0.1")
+    p.add_argument("--clip-norm", type=float, help="global gradient-norm clip (default 10)")
+    p.add_argument("--lr", type=float, help="learning rate (default 0.2 for adagrad, 0.001 for adam)")
+    p.add_argument("--optimizer", choices=["adagrad", "adam"], help="default adagrad (initial accumulator 1.0)")
+    soft = p.add_mutually_exclusive_group()
+    soft.add_argument("--full-softmax", dest="sampled", action="store_const", const=False, help="exact softmax over the vocabulary")
+    soft.add_argument("--sampled-softmax", dest="sampled", action="store_const", const=True, help="sampled softmax (default)")
+    p.add_argument("--negatives", type=int, help="negatives per batch for the sampled softmax (default 8192)")
+    p.add_argument("--batching", choices=["stream", "sentence"], help="stream (bilm-tf, default) or one sentence per row")
+    p.add_argument("--max-steps", type=int, help="stop after this many updates (default: from --epochs)")
+    p.add_argument("--epochs", type=float, help="passes over the corpus' token count (default 10)")
+    p.add_argument("--seed", type=int, help="default 0")
+    p.add_argument("--checkpoint-every", type=int, default=1250, help="steps between checkpoints (default 1250)")
+    p.add_argument("--checkpoint-minutes", type=float, default=30.0, help="also checkpoint this often (default 30)")
+    p.add_argument("--keep-checkpoints", type=int, default=2, help="how many recent checkpoints to keep (default 2)")
+    p.add_argument("--log-every", type=int, default=10, help="steps per metrics.jsonl record (default 10)")
+    p.add_argument("--threads", type=int, help="torch CPU threads per process")
+    p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available)")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast (GPU only)")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    p.set_defaults(func=run_train)
+
+    p = sub.add_parser("perplexity", help="forward/backward/average perplexity of a model on held-out text")
+    p.add_argument("model", help="MODEL_DIR (with softmax.hdf5), bundled model name, or a training run directory")
+    p.add_argument("--test", nargs="+", required=True, help="files or globs of tokenized text, one sentence per line")
+    p.add_argument("--vocab", help="vocabulary (default: the model's vocab.txt)")
+    p.add_argument("--mode", choices=["stream", "sentence"], default="stream",
+                   help="stream: state carried across sentences per row, as bilm-tf's test (default); sentence: each from zero state")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--unroll-steps", type=int, default=20, help="window length in stream mode (does not change the result)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int)
+    p.add_argument("--json", action="store_true", help="print one JSON object: forward, backward, average, tokens")
+    p.set_defaults(func=run_perplexity)
+
+    p = sub.add_parser("export", help="write a training run as a model directory in the original format")
+    p.add_argument("run_dir", help="training run directory")
+    p.add_argument("-o", "--output", required=True, help="MODEL_DIR to write")
+    p.add_argument("--checkpoint", help="a checkpoint file of the run (default: the latest)")
+    p.add_argument("--softmax-float16", action="store_true", help="store the softmax W as float16")
+    p.add_argument("--overwrite", action="store_true", help="replace existing files in MODEL_DIR")
+    p.set_defaults(func=run_export)
+
+
+def run_vocab(args: argparse.Namespace) -> int:
+    from ..training.vocab import build_vocab, count_tokens, write_vocab
+
+    counts = count_tokens(args.corpus, progress=sys.stderr.isatty())
+    tokens = build_vocab(counts, args.min_count, args.max_size)
+    write_vocab(tokens, args.output)
+    print(f"{args.output}: {len(tokens):,} tokens ({len(counts):,} types, {sum(counts.values()):,} tokens in the corpus)",
+          file=sys.stderr)
+    return 0
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from ..training.presets import preset_options
+    from ..training.trainer import TrainSettings, train
+
+    options = None
+    if args.preset:
+        options = preset_options(args.preset)
+    elif args.options:
+        options = read_options(args.options).to_options()
+    names = ["train", "vocab", "init_from", "batch_size", "unroll_steps", "dropout", "clip_norm", "lr", "optimizer",
+             "sampled", "negatives", "batching", "seed", "max_steps", "epochs", "checkpoint_every", "checkpoint_minutes",
+             "keep_checkpoints", "log_every", "threads", "device", "bf16", "resume", "progress"]
+    settings = TrainSettings(out=args.out, options=options, **{n: getattr(args, n) for n in names})
+    summary = train(settings)
+    if summary.get("checkpoint"):
+        print(f"step {summary['step']}: loss {summary['loss']:.4f}, ppl {summary['ppl']:.2f}; checkpoint {summary['checkpoint']}",
+              file=sys.stderr)
+    return 0
+
+
+def run_perplexity(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..training.perplexity import load_for_scoring, perplexity
+
+    if args.batch_size <= 0 or args.unroll_steps <= 0:
+        raise InputError("--batch-size and --unroll-steps must be positive")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, vocab = load_for_scoring(args.model, args.vocab)
+    result = perplexity(model, vocab, args.test, mode=args.mode, batch_size=args.batch_size, unroll=args.unroll_steps,
+                        device=args.device, progress=not args.json and sys.stderr.isatty())
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"forward {result['forward']:.2f}  backward {result['backward']:.2f}  average {result['average']:.2f}  "
+              f"({result['tokens']:,} tokens, {result['mode']} mode)")
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from ..training.export import export_run
+
+    files = export_run(args.run_dir, args.output, args.checkpoint, args.softmax_float16, args.overwrite)
+    print(f"{files.options_file.parent}: options.json, weights.hdf5, softmax.hdf5, vocab.txt", file=sys.stderr)
+    return 0

@@ -1,0 +1,13 @@
+"""Training biLMs the way bilm-tf did (doc section 7): vocabulary, data streams, losses, the loop,
+export to the original model files, and held-out perplexity.
+
+Modules: vocab (build/load the vocabulary), data (corpus streams and batches), softmax (full and
+sampled), model (the two LMs sharing the char CNN and softmax), presets, checkpoint, trainer,
+export, perplexity.
+"""
+
+from ..errors import ElmoError
+
+
+class TrainingError(ElmoError):
+    """Training cannot go on (e.g. the loss became NaN); the message says where and what is kept."""

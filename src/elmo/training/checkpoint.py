@@ -1,0 +1,57 @@
+"""Training checkpoints: one torch file per saved step, written atomically, the last K kept."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import zipfile
+from pathlib import Path
+
+import torch
+
+from ..errors import ModelFileError
+from ..fileio import atomic_path
+
+CHECKPOINT_DIR = "checkpoints"
+_NAME = re.compile(r"^ckpt-(\d+)\.pt$")
+
+
+def checkpoint_path(run_dir: str | os.PathLike, step: int) -> Path:
+    return Path(run_dir) / CHECKPOINT_DIR / f"ckpt-{step:09d}.pt"
+
+
+def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """(step, path) of the complete checkpoints, oldest first (temporary files are ignored)."""
+    folder = Path(run_dir) / CHECKPOINT_DIR
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.match(p.name))]
+    return sorted(found)
+
+
+def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1][1] if found else None
+
+
+def save_checkpoint(state: dict, run_dir: str | os.PathLike, step: int, keep: int) -> Path:
+    """Write under a temporary name and rename, so a kill never leaves a partial `ckpt-*.pt`."""
+    path = checkpoint_path(run_dir, step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+    for _, old in list_checkpoints(run_dir)[:-keep]:
+        old.unlink(missing_ok=True)
+    for stale in path.parent.glob(".ckpt-*.tmp"):  # left by a run killed while writing
+        stale.unlink(missing_ok=True)
+    return path
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise ModelFileError(f"{path}: checkpoint not found") from None
+    except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
+        raise ModelFileError(f"{path}: not a readable training checkpoint ({type(e).__name__}: {e})") from None

@@ -1,0 +1,350 @@
+"""Corpus reading and batching as bilm-tf does it (doc section 7, "Batching").
+
+A `SentenceSource` yields sentences in a seeded, shuffled order that can be resumed exactly from a
+small position record; it never holds more than one chunk of lines. `StreamBatcher` packs
+`<S> ... </S>` sentences into one stream per batch row, cut into windows of `unroll` tokens (the
+LSTM state carries across windows); `SentenceBatcher` gives each sentence its own row.
+
+Both directions read the same sentence in the same row: the backward stream is the forward one with
+each sentence reversed, so both have the same length and the two LMs see aligned windows. (bilm-tf
+shuffles the two directions independently; the losses are separate, so this changes nothing but
+halves the reading and the character-CNN work.)
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import os
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import IO
+
+import numpy as np
+import torch
+
+from ..chars import BOS_TOKEN, EOS_TOKEN, token_to_ids
+from ..errors import InputError
+
+MAX_LINE_BYTES = 100_000  # far above any real sentence (wiki_corpus' longest is ~3 KB)
+CHUNK_LINES = 100_000  # lines shuffled together; memory is one chunk of raw lines
+
+
+def expand_corpus(patterns: Iterable[str] | str) -> list[str]:
+    """Files named by paths or globs, each glob sorted; a pattern that matches nothing is an error."""
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    files: list[str] = []
+    for pattern in patterns:
+        if os.path.isfile(pattern):
+            files.append(pattern)
+            continue
+        matches = sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
+        if not matches:
+            raise InputError(f"{pattern}: no corpus file found (expected a file or a glob of files)")
+        files.extend(matches)
+    if not files:
+        raise InputError("no corpus files given")
+    return files
+
+
+def _open_binary(path: str) -> IO[bytes]:
+    if os.path.isdir(path):
+        raise InputError(f"{path}: is a directory, expected a corpus file")
+    if not os.path.exists(path):
+        raise InputError(f"{path}: corpus file not found")
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def _read_line(f: IO[bytes], path: str, number: int) -> bytes:
+    """One raw line, refusing absurdly long ones before they are read into memory."""
+    raw = f.readline(MAX_LINE_BYTES + 1)
+    if len(raw) > MAX_LINE_BYTES:
+        raise InputError(
+            f"{path}, line {number + 1}: longer than {MAX_LINE_BYTES:,} bytes; expected one tokenized "
+            "sentence per line (is this a whole document, or not a text file?)"
+        )
+    return raw
+
+
+def _decode(raw: bytes, path: str, number: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}, line {number + 1}: invalid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})") from None
+
+
+def read_sentences(path: str) -> Iterator[tuple[int, list[str]]]:
+    """(0-based line number, whitespace-split tokens) for each non-blank line of a corpus file."""
+    with _open_binary(path) as f:
+        number = 0
+        while raw := _read_line(f, path, number):
+            words = _decode(raw, path, number).split()
+            if words:
+                yield number, words
+            number += 1
+
+
+class SentenceSource:
+    """Sentences of a corpus, as token lists, in a reproducible order.
+
+    With `shuffle`, each epoch visits the files in a seeded random order and shuffles each chunk of
+    `chunk_lines` lines (bilm-tf shuffles whole shards; a chunk bounds memory). With `shard=(r, n)`,
+    only every n-th sentence of each chunk from the r-th on is kept (one DDP rank's share). `loop`
+    starts a new epoch after the last file; otherwise the source ends. `state()`/`restore()` give
+    the exact position, so a resumed run reads exactly what an uninterrupted one would.
+    """
+
+    def __init__(self, files: list[str], seed: int = 0, shuffle: bool = True, loop: bool = True,
+                 shard: tuple[int, int] = (0, 1), chunk_lines: int = CHUNK_LINES):
+        self.files, self.seed, self.shuffle, self.loop = list(files), seed, shuffle, loop
+        self.shard, self.chunk_lines = shard, chunk_lines
+        self.epoch, self.file_pos, self.chunk_no, self.index = 0, 0, -1, 0
+        self._chunk: list[str] = []
+        self._file_ended = True  # so the first call opens file_pos 0, chunk 0
+        self._handle: IO[bytes] | None = None
+        self._lines_read = 0
+        self._produced_this_epoch = False
+        self._done = False
+
+    def state(self) -> dict:
+        return {"epoch": self.epoch, "file_pos": self.file_pos, "chunk_no": self.chunk_no, "index": self.index}
+
+    def restore(self, state: dict) -> None:
+        self.close()
+        self.epoch, self.file_pos, self.chunk_no = state["epoch"], state["file_pos"], state["chunk_no"]
+        self._done = False
+        self._produced_this_epoch = True
+        if self.chunk_no < 0:
+            self._chunk, self._file_ended, self.index = [], True, 0
+            return
+        self._open(self.file_order()[self.file_pos])
+        for _ in range(self.chunk_no * self.chunk_lines):
+            if not _read_line(self._handle, self._path, self._lines_read):
+                break
+            self._lines_read += 1
+        self._read_chunk()
+        self.index = state["index"]
+
+    def file_order(self) -> list[str]:
+        if not self.shuffle:
+            return self.files
+        order = np.random.default_rng([self.seed, self.epoch]).permutation(len(self.files))
+        return [self.files[i] for i in order]
+
+    def _open(self, path: str) -> None:
+        self.close()
+        self._path, self._handle, self._lines_read = path, _open_binary(path), 0
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+    def _read_chunk(self) -> None:
+        """Read chunk `chunk_no` of the open file (the handle is positioned at its start)."""
+        lines, start = [], self._lines_read
+        for _ in range(self.chunk_lines):
+            raw = _read_line(self._handle, self._path, self._lines_read)
+            if not raw:
+                break
+            number = self._lines_read
+            self._lines_read += 1
+            if raw.strip():
+                lines.append(_decode(raw, self._path, number))
+        self._file_ended = self._lines_read - start < self.chunk_lines
+        if self.shuffle:
+            rng = np.random.default_rng([self.seed, self.epoch, self.file_pos, self.chunk_no])
+            lines = [lines[i] for i in rng.permutation(len(lines))]
+        rank, world = self.shard
+        self._chunk = lines[rank::world]
+        self.index = 0
+
+    def _advance(self) -> bool:
+        """Move to the next chunk; False when a non-looping source is finished."""
+        if self._file_ended:
+            self.close()
+            if self.chunk_no >= 0:
+                self.file_pos += 1
+            if self.file_pos >= len(self.files):
+                if not self._produced_this_epoch:
+                    raise InputError(
+                        f"{', '.join(self.files)}: no sentences"
+                        + (f" for rank {self.shard[0]} of {self.shard[1]}" if self.shard[1] > 1 else "")
+                        + " (the corpus is empty or only blank lines)"
+                    )
+                if not self.loop:
+                    return False
+                self.epoch, self.file_pos, self._produced_this_epoch = self.epoch + 1, 0, False
+            self._open(self.file_order()[self.file_pos])
+            self.chunk_no = 0
+        else:
+            self.chunk_no += 1
+        self._read_chunk()
+        return True
+
+    def next(self) -> list[str] | None:
+        """The next sentence's tokens, or None when a non-looping source is done."""
+        while self.index >= len(self._chunk):
+            if self._done or not self._advance():
+                self._done = True
+                return None
+        line = self._chunk[self.index]
+        self.index += 1
+        self._produced_this_epoch = True
+        return line.split()
+
+    def __iter__(self) -> Iterator[list[str]]:
+        while (words := self.next()) is not None:
+            yield words
+
+
+@dataclass
+class Batch:
+    """One window for both directions. `char_ids` (U, 50) holds the batch's distinct input tokens;
+    `fwd_inputs`/`bwd_inputs` (B, T) index it from 1 (0 = no token); targets are vocabulary ids."""
+
+    char_ids: torch.Tensor
+    fwd_inputs: torch.Tensor
+    bwd_inputs: torch.Tensor
+    fwd_targets: torch.Tensor
+    bwd_targets: torch.Tensor
+    mask: torch.Tensor
+    lengths: torch.Tensor
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.lengths.sum())
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(*(t.to(device, non_blocking=True) for t in self.__dict__.values()))
+
+
+class _Packer:
+    """Collects (row, step) -> token for both directions and turns them into a Batch."""
+
+    def __init__(self, rows: int, steps: int):
+        self.types: dict[str, int] = {}
+        self.arrays = np.zeros((4, rows, steps), dtype=np.int64)  # fwd in, bwd in, fwd target, bwd target
+        self.lengths = np.zeros(rows, dtype=np.int64)
+
+    def put(self, r: int, t: int, fwd_token: str, bwd_token: str, fwd_target: int, bwd_target: int) -> None:
+        types = self.types
+        a = self.arrays
+        a[0, r, t] = types.setdefault(fwd_token, len(types) + 1)
+        a[1, r, t] = types.setdefault(bwd_token, len(types) + 1)
+        a[2, r, t], a[3, r, t] = fwd_target, bwd_target
+
+    def batch(self) -> Batch:
+        char_ids = torch.tensor([token_to_ids(t) for t in self.types], dtype=torch.long).view(-1, 50)
+        a = torch.from_numpy(self.arrays)
+        lengths = torch.from_numpy(self.lengths)
+        mask = torch.arange(a.shape[2]).unsqueeze(0) < lengths.unsqueeze(1)
+        return Batch(char_ids, a[0], a[1], a[2], a[3], mask, lengths)
+
+
+class StreamBatcher:
+    """bilm-tf's `_get_batch`: row r owns a stream of sentences and fills `unroll` positions per call.
+
+    From sentence s = [<S>] + words + [</S>] it takes inputs s[:-1] and targets s[1:]; a sentence
+    may be cut at the window end and continue in the next window. The backward rows read reversed
+    sentences. When a non-looping source runs out, rows end early (see `Batch.lengths`).
+    """
+
+    def __init__(self, source: SentenceSource, vocab, rows: int, unroll: int):
+        self.source, self.vocab, self.rows, self.unroll = source, vocab, rows, unroll
+        self._rows: list[list | None] = [None] * rows  # [tokens with markers, ids, position]
+
+    def _load(self, words: list[str] | None) -> list | None:
+        if words is None:
+            return None
+        tokens = [BOS_TOKEN, *words, EOS_TOKEN]
+        return [tokens, self.vocab.encode(tokens), 0]
+
+    def next_batch(self) -> Batch | None:
+        packer = _Packer(self.rows, self.unroll)
+        for r in range(self.rows):
+            t = 0
+            while t < self.unroll:
+                row = self._rows[r]
+                if row is None or row[2] >= len(row[0]) - 1:
+                    row = self._rows[r] = self._load(self.source.next())
+                    if row is None:
+                        break
+                tokens, ids, pos = row
+                n = len(tokens)
+                k = min(self.unroll - t, n - 1 - pos)
+                for j in range(pos, pos + k):
+                    packer.put(r, t, tokens[j], tokens[n - 1 - j], ids[j + 1], ids[n - 2 - j])
+                    t += 1
+                row[2] = pos + k
+            packer.lengths[r] = t
+        if not packer.lengths.any():
+            return None
+        return packer.batch()
+
+    def state(self) -> dict:
+        rows = [None if row is None else [row[0][1:-1], row[2]] for row in self._rows]
+        return {"source": self.source.state(), "rows": rows}
+
+    def restore(self, state: dict) -> None:
+        if len(state["rows"]) != self.rows:
+            raise InputError(f"the checkpoint has {len(state['rows'])} batch rows, this run has {self.rows}")
+        self.source.restore(state["source"])
+        self._rows = []
+        for row in state["rows"]:
+            loaded = self._load(row[0]) if row is not None else None
+            if loaded is not None:
+                loaded[2] = row[1]
+            self._rows.append(loaded)
+
+
+class SentenceBatcher:
+    """Each sentence its own row from zero state; rows sorted by descending length (the LSTM needs it)."""
+
+    def __init__(self, source: SentenceSource, vocab, rows: int):
+        self.source, self.vocab, self.rows = source, vocab, rows
+
+    def next_batch(self) -> Batch | None:
+        sentences = []
+        while len(sentences) < self.rows and (words := self.source.next()) is not None:
+            sentences.append([BOS_TOKEN, *words, EOS_TOKEN])
+        if not sentences:
+            return None
+        sentences.sort(key=len, reverse=True)
+        packer = _Packer(len(sentences), len(sentences[0]) - 1)
+        for r, tokens in enumerate(sentences):
+            ids, n = self.vocab.encode(tokens), len(tokens)
+            for j in range(n - 1):
+                packer.put(r, j, tokens[j], tokens[n - 1 - j], ids[j + 1], ids[n - 2 - j])
+            packer.lengths[r] = n - 1
+        return packer.batch()
+
+    def state(self) -> dict:
+        return {"source": self.source.state(), "rows": None}
+
+    def restore(self, state: dict) -> None:
+        self.source.restore(state["source"])
+
+
+def count_targets(files: list[str]) -> int:
+    """Tokens a pass over the corpus predicts per direction: each sentence's words plus its end marker."""
+    total = 0
+    for path in files:
+        for _, words in read_sentences(path):
+            total += len(words) + 1
+    return total
+
+
+def head_counts(files: list[str], max_tokens: int = 200_000) -> Counter:
+    """Token counts of the corpus' first `max_tokens` tokens (files in the given order)."""
+    counts: Counter = Counter()
+    seen = 0
+    for path in files:
+        for _, words in read_sentences(path):
+            counts.update(words)
+            seen += len(words)
+            if seen >= max_tokens:
+                return counts
+    return counts

@@ -1,0 +1,54 @@
+"""DistributedDataParallel set-up under torchrun: gloo on CPU, nccl on GPU; plain runs are rank 0 of 1."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+from ..errors import InputError
+
+
+def pick_device(requested: str | None, local_rank: int) -> torch.device:
+    if requested is None:
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    if requested.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise InputError(f"--device {requested}: CUDA is not available on this machine")
+        return torch.device("cuda", local_rank if requested == "cuda" else torch.device(requested).index)
+    if requested != "cpu":
+        raise InputError(f"--device must be cpu, cuda or cuda:N, found {requested!r}")
+    return torch.device("cpu")
+
+
+def setup(requested_device: str | None) -> tuple[int, int, torch.device]:
+    """(rank, world size, device); starts the process group when torchrun launched several processes."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    device = pick_device(requested_device, local_rank)
+    if world > 1 and not dist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return rank, world, device
+
+
+def teardown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_sum(t: torch.Tensor) -> torch.Tensor:
+    if dist.is_initialized():
+        dist.all_reduce(t)
+    return t
+
+
+def gather(obj) -> list:
+    """Every rank's `obj`, in rank order (all ranks get the list)."""
+    if not dist.is_initialized():
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out

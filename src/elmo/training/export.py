@@ -1,0 +1,80 @@
+"""`elmo export RUN_DIR -o MODEL_DIR`: a training run's checkpoint -> the original model files.
+
+MODEL_DIR gets options.json for prediction (only `lstm` and `char_cnn`, `n_characters` 262, as the
+released files), weights.hdf5 exactly as bilm-tf's `dump_weights` writes it (doc 3.4: 261-row
+char table, no softmax), softmax.hdf5 (W, b) for perplexity, and vocab.txt.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import torch
+
+from ..bilm import BiLM
+from ..chars import N_CODES
+from ..errors import InputError
+from ..models import OPTIONS_NAME, SOFTMAX_NAME, VOCAB_NAME, WEIGHTS_NAME, ModelFiles
+from ..options import BiLMConfig, read_options
+from ..weights import save_bilm
+from .checkpoint import latest_checkpoint, load_checkpoint
+from .model import LanguageModel
+from .softmax import Softmax, save_softmax
+from .vocab import Vocab, write_vocab
+
+
+def inference_options(options: dict) -> dict:
+    """The prediction-time options.json: the architecture only, with the 262-row char table."""
+    out = {"lstm": copy.deepcopy(options["lstm"]), "char_cnn": copy.deepcopy(options["char_cnn"])}
+    out["char_cnn"]["n_characters"] = N_CODES + 1
+    return out
+
+
+def load_run(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = None) -> tuple[LanguageModel, Vocab, Path]:
+    """The LM of a run directory at its latest (or the given) checkpoint, in eval mode."""
+    run = Path(run_dir)
+    if not (run / OPTIONS_NAME).is_file() or not (run / VOCAB_NAME).is_file():
+        raise InputError(f"{run}: not a training run directory ({OPTIONS_NAME} and {VOCAB_NAME} expected)")
+    path = Path(checkpoint) if checkpoint is not None else latest_checkpoint(run)
+    if path is None:
+        raise InputError(f"{run}: no checkpoint yet in {run / 'checkpoints'}")
+    config = BiLMConfig.from_options(inference_options(read_options(run / OPTIONS_NAME).raw), source=str(run / OPTIONS_NAME))
+    vocab = Vocab.load(run / VOCAB_NAME)
+    model = LanguageModel(config, len(vocab), bilm=BiLM(config, char_rows=N_CODES))
+    model.load_state_dict(load_checkpoint(path)["model"])
+    return model.eval(), vocab, path
+
+
+def export_run(run_dir: str | os.PathLike, model_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = None,
+               softmax_float16: bool = False, overwrite: bool = False) -> ModelFiles:
+    model, vocab, _ = load_run(run_dir, checkpoint)
+    out = Path(model_dir)
+    names = (OPTIONS_NAME, WEIGHTS_NAME, SOFTMAX_NAME, VOCAB_NAME)
+    present = [n for n in names if (out / n).exists()]
+    if present and not overwrite:
+        raise InputError(f"{out}: already holds {', '.join(present)}; pass --overwrite to replace them")
+    out.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        save_bilm(model.bilm, out / OPTIONS_NAME, out / WEIGHTS_NAME)
+        save_softmax(model.softmax, out / SOFTMAX_NAME, float16=softmax_float16)
+    write_vocab(vocab.tokens, out / VOCAB_NAME)
+    return ModelFiles.from_dir(out)
+
+
+def load_model_dir(files: ModelFiles, vocab_file: str | os.PathLike | None = None) -> tuple[LanguageModel, Vocab]:
+    """A MODEL_DIR's biLM with its softmax, for scoring text."""
+    from ..weights import load_bilm
+    from .softmax import load_softmax
+
+    if files.softmax_file is None:
+        raise InputError(f"{files.options_file.parent}: no {SOFTMAX_NAME}; perplexity needs the softmax weights, which "
+                         "weights.hdf5 never holds (`elmo export` writes them)")
+    vocab_path = vocab_file or files.vocab_file
+    if vocab_path is None:
+        raise InputError(f"{files.options_file.parent}: no {VOCAB_NAME}; give --vocab")
+    vocab = Vocab.load(vocab_path)
+    bilm = load_bilm(files.options_file, files.weight_file)
+    softmax: Softmax = load_softmax(files.softmax_file, len(vocab), bilm.config.projection_dim)
+    return LanguageModel(bilm.config, len(vocab), bilm=bilm, softmax=softmax).eval(), vocab

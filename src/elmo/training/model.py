@@ -1,0 +1,63 @@
+"""bilm-tf's training graph: two LMs sharing the character encoder and the softmax (doc section 7)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..bilm import BiLM, LstmState
+from ..chars import N_CODES
+from ..options import BiLMConfig
+from .data import Batch
+from .softmax import LogUniformSampler, Softmax
+
+States = tuple[list[LstmState], list[LstmState]]  # forward, backward
+
+
+class LanguageModel(nn.Module):
+    """Per-position losses of the forward and backward LMs for one `Batch`.
+
+    Dropout (training only) hits each LSTM layer's input and the top output before the softmax, as
+    bilm-tf's DropoutWrapper; there is none in the character encoder. With a sampler, training uses
+    the sampled softmax, one fresh sample per direction per call; evaluation always uses the full one.
+    """
+
+    def __init__(self, config: BiLMConfig, vocab_size: int, dropout: float = 0.0, sampler: LogUniformSampler | None = None,
+                 bilm: BiLM | None = None, softmax: Softmax | None = None):
+        super().__init__()
+        self.bilm = bilm if bilm is not None else BiLM(config, char_rows=N_CODES)
+        self.softmax = softmax if softmax is not None else Softmax(vocab_size, config.projection_dim)
+        self.dropout = dropout
+        self.bilm.forward_lstm.dropout = self.bilm.backward_lstm.dropout = dropout
+        self.sampler = sampler
+
+    def forward(self, batch: Batch, states: States | None = None, streaming: bool = True
+                ) -> tuple[torch.Tensor, torch.Tensor, States]:
+        """-> (fwd nll, bwd nll) over the valid positions (flattened), and the final LSTM states.
+
+        `streaming`: rows are windows of continuing streams; the LSTM runs every row over the full
+        window (it is causal, so steps after a row's end cannot change the losses kept). Otherwise
+        rows are whole sentences sorted by descending length, each run over its own length.
+        """
+        tokens = self.bilm.char_encoder(batch.char_ids)
+        tokens = torch.cat([tokens.new_zeros(1, tokens.shape[1]), tokens])  # index 0 = no token
+        steps = batch.fwd_inputs.shape[1]
+        lengths = torch.full_like(batch.lengths, steps) if streaming else batch.lengths
+        fwd_states, bwd_states = states if states is not None else (None, None)
+        fwd, fwd_final = self.bilm.forward_lstm(tokens[batch.fwd_inputs], lengths, fwd_states)
+        bwd, bwd_final = self.bilm.backward_lstm(tokens[batch.bwd_inputs], lengths, bwd_states)
+        losses = []
+        for top, targets in ((fwd[-1], batch.fwd_targets), (bwd[-1], batch.bwd_targets)):
+            h = F.dropout(top, self.dropout, training=self.training)[batch.mask]
+            y = targets[batch.mask]
+            if self.training and self.sampler is not None:
+                losses.append(self.softmax.sampled_nll(h, y, self.sampler.sample(h.device)))
+            else:
+                losses.append(self.softmax.full_nll(h, y))
+        return losses[0], losses[1], (fwd_final, bwd_final)
+
+
+def detach_states(states: States) -> States:
+    """Truncated BPTT: keep the values, cut the graph at the window boundary."""
+    return tuple([(c.detach(), h.detach()) for c, h in direction] for direction in states)
