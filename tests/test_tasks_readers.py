@@ -150,3 +150,16 @@ def test_semcor_slice():
     assert len(sentences) == 3
     first = sentences[0].instances[0]
     assert (first.lemma, sentences[0].tokens[first.start:first.end]) == ("group", ["Fulton", "County", "Grand", "Jury"])
+
+
+def test_invalid_utf8_names_the_line(tmp_path):
+    path = tmp_path / "bad.conll"
+    path.write_bytes(b"EU NNP I-NP I-ORG\n\n\xff NN I-NP O\n")
+    with pytest.raises(InputError, match=r"bad\.conll, line 3: invalid UTF-8"):
+        read_conll2003(path)
+
+
+def test_limit_stops_early():
+    examples = read_task_file("ner", need(DATA / "conll2003" / "eng.train.gz"), limit=5)
+    assert len(examples) == 5 and examples[0].tokens[:3] == ["EU", "rejects", "German"]
+    assert examples[0].tags[:3] == ["B-ORG", "O", "B-MISC"]

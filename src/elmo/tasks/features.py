@@ -57,6 +57,11 @@ class ElmoSpec:
                     h.update(chunk)
         return h.hexdigest()[:16]
 
+    def num_layers(self) -> int:
+        """L+1: the token layer and the LSTM layers, from options.json (checked before any work is done)."""
+        from ..options import read_options
+        return read_options(self.options_file).n_layers + 1
+
     def describe(self) -> str:
         return self.name or f"{self.options_file} + {self.weight_file}"
 

@@ -26,7 +26,7 @@ from ..fileio import atomic_path
 from .features import ElmoSpec, bilm_token, build_cache, sentences_fingerprint
 from .metrics import accuracy
 from .readers import read_task_file
-from .wsd_data import WordNetSenses, first_sense_answers, read_gold_keys, read_raganato_xml, score_wsd
+from .wsd_data import first_sense_answers, read_gold_keys, wordnet_senses, read_raganato_xml, score_wsd
 
 
 def _check_layer(layer: int, num_layers: int) -> None:
@@ -44,11 +44,10 @@ def pos_probe(spec: ElmoSpec, layer: int, train: str, test: str, dev: str | None
     """Linear softmax classifier on layer `layer` alone; the epoch is chosen on dev (the last 10% of
     train when no dev file is given, as CoNLL-2000 has none)."""
     started = time.time()
-    splits = {"train": read_task_file("pos", train), "test": read_task_file("pos", test)}
+    _check_layer(layer, spec.num_layers())
+    splits = {"train": read_task_file("pos", train, limit), "test": read_task_file("pos", test, limit)}
     if dev:
-        splits["dev"] = read_task_file("pos", dev)
-    if limit:
-        splits = {k: v[:limit] for k, v in splits.items()}
+        splits["dev"] = read_task_file("pos", dev, limit)
     if not dev:
         cut = max(1, len(splits["train"]) // 10)
         splits["train"], splits["dev"] = splits["train"][:-cut], splits["train"][-cut:]
@@ -149,9 +148,10 @@ def wsd_probe(spec: ElmoSpec, layer: int, train_xml: str, train_keys: str, test_
     """1-NN WSD with one layer: nearest SemCor sense centroid (cosine) among the lemma's WordNet senses
     seen in SemCor, else WordNet's first sense; scored with the framework's rules."""
     started = time.time()
+    _check_layer(layer, spec.num_layers())
     index_sense = os.path.join(wordnet_dir, "index.sense")
     index_sense = index_sense if os.path.isfile(index_sense) else index_sense + ".gz"
-    wordnet = WordNetSenses(index_sense)
+    wordnet = wordnet_senses(os.path.abspath(index_sense))
     train_sentences = read_raganato_xml(train_xml, limit)
     test_sentences = read_raganato_xml(test_xml, limit)
     gold_test = read_gold_keys(test_keys)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ..errors import InputError
-from ..fileio import iter_lines
+from ..fileio import iter_lines, open_text
 
 
 @dataclass
@@ -44,28 +44,49 @@ def iob1_to_iob2(tags: list[str]) -> list[str]:
     return out
 
 
-def _column_blocks(path: str | os.PathLike, n_columns: int, sep: str | None = None
-                   ) -> Iterator[list[tuple[int, list[str]]]]:
+def numbered_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+    """(1-based line number, line) read in text mode (fast); invalid UTF-8 is re-scanned to name its line."""
+    try:
+        with open_text(path) as f:
+            for number, line in enumerate(f, 1):
+                yield number, line.rstrip("\r\n")
+    except UnicodeDecodeError:
+        for _ in iter_lines(path):  # raises an InputError naming the line and byte
+            pass
+        raise
+
+
+def _column_blocks(path: str | os.PathLike, n_columns: int) -> Iterator[list[tuple[int, list[str]]]]:
     """Blank-line separated blocks of (line number, columns) rows; checks the column count."""
     block: list[tuple[int, list[str]]] = []
-    for number, line in iter_lines(path):
+    for number, line in numbered_lines(path):
         if not line.strip():
             if block:
                 yield block
             block = []
             continue
-        columns = line.split(sep) if sep else line.split()
+        columns = line.split()
         if len(columns) != n_columns:
-            raise InputError(f"{path}, line {number + 1}: expected {n_columns} columns, found {len(columns)}: {line!r}")
-        block.append((number + 1, columns))
+            raise InputError(f"{path}, line {number}: expected {n_columns} columns, found {len(columns)}: {line!r}")
+        block.append((number, columns))
     if block:
         yield block
 
 
-def read_conll2003(path: str | os.PathLike) -> list[Example]:
-    """word POS chunk NE per line; -DOCSTART- lines are skipped; NE tags converted from IOB1 to IOB2."""
+def _check(path, examples: list[Example], what: str) -> list[Example]:
+    if not examples:
+        raise InputError(f"{path}: no sentences found (expected {what})")
+    return examples
+
+
+def read_conll2003(path: str | os.PathLike, limit: int | None = None) -> list[Example]:
+    """word POS chunk NE per line; -DOCSTART- lines are skipped; NE tags converted from IOB1 to IOB2.
+
+    `limit` (here and in the other readers): stop after that many sentences."""
     examples = []
     for block in _column_blocks(path, 4):
+        if limit is not None and len(examples) >= limit:
+            break
         rows = [(n, c) for n, c in block if c[0] != "-DOCSTART-"]
         if not rows:
             continue
@@ -74,47 +95,47 @@ def read_conll2003(path: str | os.PathLike) -> list[Example]:
             if tag != "O" and (tag[:2] not in ("B-", "I-") or len(tag) < 3):
                 raise InputError(f"{path}, line {n}: expected an IOB1 NE tag (O, I-XXX or B-XXX), found {tag!r}")
         examples.append(Example([c[0] for _, c in rows], iob1_to_iob2([c[3] for _, c in rows])))
-    if not examples:
-        raise InputError(f"{path}: no sentences found (expected CoNLL-2003 4-column lines)")
-    return examples
+    return _check(path, examples, "CoNLL-2003 4-column lines")
 
 
-def read_conll2000(path: str | os.PathLike) -> list[Example]:
+def read_conll2000(path: str | os.PathLike, limit: int | None = None) -> list[Example]:
     """word POS chunk per line: the PTB POS column becomes the tags."""
-    examples = [Example([c[0] for _, c in b], [c[1] for _, c in b]) for b in _column_blocks(path, 3)]
-    if not examples:
-        raise InputError(f"{path}: no sentences found (expected CoNLL-2000 3-column lines)")
-    return examples
+    examples = []
+    for block in _column_blocks(path, 3):
+        if limit is not None and len(examples) >= limit:
+            break
+        examples.append(Example([c[0] for _, c in block], [c[1] for _, c in block]))
+    return _check(path, examples, "CoNLL-2000 3-column lines")
 
 
-def read_conllu(path: str | os.PathLike, column: str = "upos") -> list[Example]:
+def read_conllu(path: str | os.PathLike, column: str = "upos", limit: int | None = None) -> list[Example]:
     """CoNLL-U syntactic words (range and empty-node lines skipped); tags from UPOS or XPOS."""
     index = {"upos": 3, "xpos": 4}[column]
     examples, tokens, tags = [], [], []
-    for number, line in iter_lines(path):
+    for number, line in numbered_lines(path):
         if not line.strip():
             if tokens:
                 examples.append(Example(tokens, tags))
+                if limit is not None and len(examples) >= limit:
+                    return examples
             tokens, tags = [], []
             continue
         if line.startswith("#"):
             continue
         columns = line.split("\t")
         if len(columns) != 10:
-            raise InputError(f"{path}, line {number + 1}: expected 10 tab-separated CoNLL-U columns, "
+            raise InputError(f"{path}, line {number}: expected 10 tab-separated CoNLL-U columns, "
                              f"found {len(columns)}: {line!r}")
         word_id = columns[0]
         if "-" in word_id or "." in word_id:
             continue
         if not word_id.isdigit():
-            raise InputError(f"{path}, line {number + 1}: expected a word ID (1, 2, ...), found {word_id!r}")
+            raise InputError(f"{path}, line {number}: expected a word ID (1, 2, ...), found {word_id!r}")
         tokens.append(columns[1])
         tags.append(columns[index])
     if tokens:
         examples.append(Example(tokens, tags))
-    if not examples:
-        raise InputError(f"{path}: no sentences found (expected CoNLL-U)")
-    return examples
+    return _check(path, examples, "CoNLL-U")
 
 
 def parse_sentiment_tree(text: str) -> tuple[str, list[str]]:
@@ -158,31 +179,33 @@ def parse_sentiment_tree(text: str) -> tuple[str, list[str]]:
     return root, tokens
 
 
-def read_sst(path: str | os.PathLike) -> list[Example]:
+def read_sst(path: str | os.PathLike, limit: int | None = None) -> list[Example]:
     """One PTB sentiment tree per line -> leaves and the root label (0-4)."""
     examples = []
-    for number, line in iter_lines(path):
+    for number, line in numbered_lines(path):
+        if limit is not None and len(examples) >= limit:
+            break
         if not line.strip():
             continue
         try:
             label, tokens = parse_sentiment_tree(line)
         except ValueError as e:
-            raise InputError(f"{path}, line {number + 1}: malformed sentiment tree: {e}") from None
+            raise InputError(f"{path}, line {number}: malformed sentiment tree: {e}") from None
         if label not in {"0", "1", "2", "3", "4"}:
-            raise InputError(f"{path}, line {number + 1}: expected a root label 0-4, found {label!r}")
+            raise InputError(f"{path}, line {number}: expected a root label 0-4, found {label!r}")
         examples.append(Example(tokens, label=label))
-    if not examples:
-        raise InputError(f"{path}: no trees found (expected one PTB sentiment tree per line)")
-    return examples
+    return _check(path, examples, "one PTB sentiment tree per line")
 
 
-def read_task_file(task: str, path: str | os.PathLike) -> list[Example]:
+def read_task_file(task: str, path: str | os.PathLike, limit: int | None = None) -> list[Example]:
     """The reader a task uses for a file: ner -> CoNLL-2003; pos -> CoNLL-U (UPOS) or CoNLL-2000; sst5 -> trees."""
     name = os.fspath(path)
     if task == "ner":
-        return read_conll2003(name)
+        return read_conll2003(name, limit=limit)
     if task == "pos":
-        return read_conllu(name) if name.endswith((".conllu", ".conllu.gz")) else read_conll2000(name)
+        if name.endswith((".conllu", ".conllu.gz")):
+            return read_conllu(name, limit=limit)
+        return read_conll2000(name, limit=limit)
     if task == "sst5":
-        return read_sst(name)
+        return read_sst(name, limit=limit)
     raise ValueError(f"unknown task {task!r}")

@@ -111,8 +111,7 @@ def run_task(opts: TrainOptions, metrics_path: str | None = None) -> dict:
     started = time.time()
     splits = {}
     for name in ("train", "dev", "test"):
-        examples = read_task_file(opts.task, getattr(opts, name))
-        splits[name] = examples[: opts.limit] if opts.limit else examples
+        splits[name] = read_task_file(opts.task, getattr(opts, name), limit=opts.limit)
     rows = subset_rows(len(splits["train"]), opts.train_fraction, opts.seed)
     labels = {n: i for i, n in enumerate(label_set(opts.task, list(splits.values())))}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 import os
 from collections import defaultdict
@@ -9,7 +10,7 @@ from dataclasses import dataclass, field
 from xml.parsers import expat
 
 from ..errors import InputError
-from ..fileio import open_text
+from .readers import numbered_lines as _lines
 
 # Coarse POS of the framework -> WordNet ss_types (3 adjective, 5 adjective satellite).
 SS_TYPES = {"NOUN": ("1",), "VERB": ("2",), "ADJ": ("3", "5"), "ADV": ("4",)}
@@ -102,19 +103,19 @@ def read_raganato_xml(path: str | os.PathLike, limit: int | None = None) -> list
     return sentences
 
 
-def _lines(path: str | os.PathLike):
-    """(number, line) of a large text file (plain or .gz), decoded in bulk: much faster than line by line."""
-    try:
-        with open_text(path) as f:
-            yield from enumerate(f.read().splitlines(), start=1)
-    except UnicodeDecodeError as e:
-        raise InputError(f"{path}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
 
 
 def read_gold_keys(path: str | os.PathLike, ids: set[str] | None = None) -> dict[str, set[str]]:
     """`instance_id key1 [key2 ...]` per line -> id -> set of keys (a repeated id gets the union).
 
     `ids` keeps only those instances (a slice of SemCor)."""
+    gold = _read_gold_keys(os.path.abspath(path), os.path.getmtime(path) if os.path.exists(path) else 0)
+    return {k: set(v) for k, v in gold.items() if ids is None or k in ids}
+
+
+@functools.lru_cache(maxsize=4)
+def _read_gold_keys(path: str, mtime: float) -> dict[str, frozenset[str]]:
+    """Cached per process: the layers of a probe grid read the same 7 MB SemCor key file."""
     gold: dict[str, set[str]] = defaultdict(set)
     for number, line in _lines(path):
         if not line.strip():
@@ -123,11 +124,16 @@ def read_gold_keys(path: str | os.PathLike, ids: set[str] | None = None) -> dict
         if len(fields) < 2 or not all(fields):
             raise InputError(f"{path}, line {number}: expected 'instance_id key [key ...]' separated by "
                              f"single spaces, found {line!r}")
-        if ids is None or fields[0] in ids:
-            gold[fields[0]].update(fields[1:])
+        gold[fields[0]].update(fields[1:])
     if not gold:
         raise InputError(f"{path}: no keys found")
-    return dict(gold)
+    return {k: frozenset(v) for k, v in gold.items()}
+
+
+@functools.lru_cache(maxsize=2)
+def wordnet_senses(index_sense: str) -> "WordNetSenses":
+    """One `WordNetSenses` per file and process (reading index.sense takes a second or two)."""
+    return WordNetSenses(index_sense)
 
 
 class WordNetSenses:

@@ -1,0 +1,54 @@
+"""scripts/run_results.py: the grid runs end to end on tiny slices and the report holds only measured numbers."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+
+import pytest
+import torch
+
+from conftest import ALLENNLP, DATA, REPO, need
+
+pytest.importorskip("matplotlib", reason="the report's figures need the tasks extra (matplotlib)")
+pytest.importorskip("gensim", reason="the static baseline needs the tasks extra (gensim)")
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("run_results", REPO / "scripts" / "run_results.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_skeleton_has_no_numbers_of_ours(tmp_path):
+    script = _script()
+    assert script.main(["--render-only", "--out", str(tmp_path / "none"), "--docs", str(tmp_path / "docs")]) == 0
+    text = (tmp_path / "docs" / "results.md").read_text()
+    table = [line for line in text.splitlines() if line.startswith("| NER (CoNLL-2003")][0]
+    assert table.rstrip().endswith("| 90.15 | 92.22 ± 0.10 | 21% |  |  |  |")  # paper's cells filled, ours empty
+    assert "0 of 39 runs present" in text
+    commands = [line for line in text.splitlines() if line.startswith("elmo ")]
+    assert sum(c.startswith("elmo task train") for c in commands) == 30
+    assert sum(c.startswith("elmo probe") for c in commands) == 9
+    assert "/work/" not in text.replace(str(tmp_path), "")  # nothing machine-specific beyond the tmp dirs asked for
+    assert all((tmp_path / "docs" / f"results_{n}.png").exists() for n in ("lowres", "probes", "layer_weights"))
+
+
+def test_smoke_grid(tmp_path):
+    need(ALLENNLP)
+    need(DATA / "conll2003")
+    script = _script()
+    before = torch.get_num_threads()
+    try:
+        assert script.main(["--smoke", "--in-process", "--seeds", "1", "--tasks", "ner", "--num-layers", "2",
+                            "--threads", "1", "--limit", "8", "--out", str(tmp_path / "res"),
+                            "--cache-dir", str(tmp_path / "cache"), "--docs", str(tmp_path / "docs")]) == 0
+    finally:
+        torch.set_num_threads(before)
+    text = (tmp_path / "docs" / "results.md").read_text()
+    assert "12 of 12 runs present" in text
+    rows = [line for line in text.splitlines() if re.match(r"\| (1|10|100)% \|", line)]
+    assert len(rows) == 3 and all(re.search(r"\| \d+\.\d\d \(1 seed\) \| \d+\.\d\d \(1 seed\) \|", r) for r in rows)
+    assert re.search(r"\| WSD, Raganato ALL, F1 \| 1 \| 67\.4 \| \d+\.\d \|", text)
+    assert re.search(r"\| ner \| input \| 0\.\d{3} \| 0\.\d{3} \|", text)
