@@ -112,5 +112,5 @@ class LabModels:
                 mixes.insert(0, learned)
         results_path = results_mod.find_results(results)
         ours, why = results_mod.read_results(results_path)
-        return cls(bilm, name, head, taggers, mixes, ours, why, os.fspath(results_path) if results_path else "",
-                   data_dir)
+        return cls(bilm, name, head, taggers, mixes, ours, why,
+                   results_mod.shown_path(results_path) if results_path else "", data_dir)

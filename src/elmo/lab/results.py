@@ -48,6 +48,15 @@ def find_results(explicit: str | os.PathLike | None = None) -> Path | None:
     return None
 
 
+def shown_path(path: Path) -> str:
+    """A path as the page shows it: relative to the checkout when inside it, so no machine's layout leaks."""
+    repo = Path(__file__).resolve().parents[3]
+    try:
+        return os.fspath(path.resolve().relative_to(repo))
+    except ValueError:
+        return os.fspath(path)
+
+
 def from_metrics_folder(folder: Path) -> dict:
     """Per-run metrics files of `elmo task train` (full training data only) -> mean and std per arm."""
     scores: dict[tuple[str, str], list[float]] = {}
