@@ -130,6 +130,7 @@ def test_panel2_builds_a_token_stage_by_stage(client, embedder):
     widths = dict(((w, n) for w, n in [(1, 4), (2, 8), (3, 16), (4, 32), (5, 64)]))
     assert all(len(f["ngram"]) <= f["width"] and f["width"] in widths for f in r["filters"])
     assert r["stages"][0]["neighbours"][0]["token"] in ("bank", "banks")
+    assert all(len(s["neighbours"]) == 5 for s in r["stages"])  # every stage has its neighbours
 
 
 def test_panel3_mix_matches_scalar_mix(client, embedder):

@@ -159,14 +159,14 @@ def build(lab: LabModels, ref: ReferenceSet, payload: dict, limits: Limits) -> d
     half = lab.bilm.config.projection_dim
     proj = st.projection[0].numpy()
 
-    def stage(name: str, vec: np.ndarray, table: str | None, note: str = "") -> dict:
+    def stage(name: str, vec: np.ndarray, table: str, note: str = "") -> dict:
         return {"stage": name, "dim": int(vec.shape[0]), "norm": round(float(np.linalg.norm(vec)), 4),
                 "preview": [round(float(x), 4) for x in vec[:16]], "note": note,
-                "neighbours": ref.neighbours(table, vec, 5) if table else []}
+                "neighbours": ref.neighbours(table, vec, 5)}
 
     stages = [stage("char CNN (max over positions)", cnn, "cnn", f"{len(cnn)} filters")]
     for k, (h, g) in enumerate(zip(st.highway, st.gates)):
-        stages.append(stage(f"highway {k + 1}", h[0].numpy(), "highway" if k == len(st.highway) - 1 else None,
+        stages.append(stage(f"highway {k + 1}", h[0].numpy(), f"highway{k + 1}",
                             f"mean gate {float(g[0]):.3f}: share taken from the transform, the rest carried"))
     stages.append(stage("projection = layer 0 (context-free)", proj, "projection"))
     for j in range(1, lab.num_layers):

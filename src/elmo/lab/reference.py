@@ -25,8 +25,7 @@ from .examples import EXAMPLE_SENTENCES
 from .trace import char_stages
 from .vectors import top_k, unit_rows
 
-CACHE_VERSION = 1
-TYPE_TABLES = ("cnn", "highway", "projection")
+CACHE_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -48,8 +47,8 @@ class ReferenceSet:
     """Tokens of the reference sentences with all their layers, labels and context-free stages.
 
     Arrays: `tokens` (N,), `sent_starts` (S+1,), `sources` (S,), `layers` (N, L+1, D),
-    `upos` / `senses` (N,) with '' for none, `types` (T,) with `type_cnn`, `type_highway` (T, F)
-    and `type_proj` (T, P): the context-free stages of the most frequent token types.
+    `upos` / `senses` (N,) with '' for none, `types` (T,) with `type_cnn` (T, F), `type_highway`
+    (n_highway, T, F) and `type_proj` (T, P): the context-free stages of the most frequent types.
     Read-only once built: requests share it without locks.
     """
 
@@ -69,7 +68,8 @@ class ReferenceSet:
             self._units[f"layer{j}.forward"] = unit_rows(self.layers[:, j, : self.half])
             self._units[f"layer{j}.backward"] = unit_rows(self.layers[:, j, self.half :])
         self._units["cnn"] = unit_rows(self.type_cnn)
-        self._units["highway"] = unit_rows(self.type_highway)
+        for k, table in enumerate(self.type_highway):
+            self._units[f"highway{k + 1}"] = unit_rows(table)
         self._units["projection"] = unit_rows(self.type_proj)
 
     @property
@@ -98,7 +98,7 @@ class ReferenceSet:
 
     def nearest(self, table: str, vector: np.ndarray, k: int = 5) -> list[tuple[int, float]]:
         """(row, cosine) of the k nearest rows of a table: 'layerJ', 'layerJ.forward'/'.backward'
-        (token occurrences) or 'cnn', 'highway', 'projection' (token types)."""
+        (token occurrences) or 'cnn', 'highwayK', 'projection' (token types)."""
         return top_k(vector, self._units[table], k)
 
     def describe(self, i: int, similarity: float) -> dict:
@@ -107,7 +107,7 @@ class ReferenceSet:
     def neighbours(self, table: str, vector: np.ndarray, k: int = 5) -> list[dict]:
         """The nearest rows described for the page: the token, its context (or just the type)."""
         found = self.nearest(table, vector, k)
-        if table in TYPE_TABLES:
+        if not table.startswith("layer"):  # a context-free stage: token types
             return [{"token": str(self.types[i]), "similarity": round(sim, 4)} for i, sim in found]
         return [self.describe(i, sim) for i, sim in found]
 
@@ -169,7 +169,8 @@ def build_reference(bilm: BiLM, data: Path | None, spec: ReferenceSpec = Referen
     for start in range(0, len(types), 256):
         stages = char_stages(bilm.char_encoder, types[start : start + 256])
         cnn.append(stages.cnn.numpy())
-        highway.append((stages.highway[-1] if stages.highway else stages.cnn).numpy())
+        highway.append(np.stack([h.numpy() for h in stages.highway]) if stages.highway
+                       else np.zeros((0, len(stages.cnn), bilm.config.n_filters), np.float32))
         proj.append(stages.projection.numpy())
     width, half = bilm.config.n_filters, bilm.config.projection_dim
     keys = sorted({k for s in sentences for k in s.senses if k})
@@ -183,7 +184,8 @@ def build_reference(bilm: BiLM, data: Path | None, spec: ReferenceSpec = Referen
         "senses": np.array([k for s in sentences for k in (s.senses or [""] * len(s.tokens))], dtype=str),
         "types": np.array(types, dtype=str),
         "type_cnn": np.concatenate(cnn) if cnn else np.zeros((0, width), np.float32),
-        "type_highway": np.concatenate(highway) if highway else np.zeros((0, width), np.float32),
+        "type_highway": (np.concatenate(highway, axis=1) if highway
+                         else np.zeros((bilm.config.n_highway, 0, width), np.float32)),
         "type_proj": np.concatenate(proj) if proj else np.zeros((0, half), np.float32),
         "gloss_keys": np.array(keys, dtype=str),
         "gloss_texts": np.array([glosses.get(k, "") for k in keys], dtype=str),
