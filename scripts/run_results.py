@@ -334,7 +334,8 @@ def parse_args(argv=None):
     p.add_argument("--no-probes", dest="probes", action="store_false")
     p.add_argument("--num-layers", type=int, default=3, help="L+1 of the biLM (3 for 2 LSTM layers)")
     p.add_argument("--output-mix", action="store_true", help="ELMo also at the encoder output, all tasks")
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads per run (default 1: on a shared 2-core machine more threads ran 5-30x slower)")
     p.add_argument("--limit", type=int, default=None, help="first N sentences of each file (smoke runs)")
     p.add_argument("--render-only", action="store_true", help="only rewrite the report from existing metrics")
     p.add_argument("--in-process", action="store_true", help="run commands in this process (faster for tiny runs)")

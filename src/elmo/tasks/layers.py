@@ -10,6 +10,7 @@ from torch import nn
 from ..scalar_mix import ScalarMix
 
 N_CHAR_IDS = 262  # batch_to_ids codes: 0 = padding, 1..261 = bytes and markers
+PAD_ID = 261  # the in-token padding code (PAD_CHAR + 1) that fills a token's unused slots
 
 
 @dataclass
@@ -56,6 +57,10 @@ class CharCNN(nn.Module):
         self.conv = nn.Conv1d(char_dim, filters, width, padding=width // 2)
 
     def forward(self, chars: torch.Tensor) -> torch.Tensor:
+        # Cut the 50 slots to the batch's longest word: most words are short, and the padding columns
+        # were most of the convolution's cost. Train and predict both do this, so they agree.
+        used = ((chars != PAD_ID) & (chars != 0)).flatten(0, 1).any(0).nonzero()
+        chars = chars[:, :, : int(used.max()) + 1] if len(used) else chars[:, :, :1]
         b, t, c = chars.shape
         x = self.embed(chars.view(b * t, c)).transpose(1, 2)  # (B*T, char_dim, C)
         return torch.relu(self.conv(x)).max(dim=2).values.view(b, t, -1)

@@ -17,6 +17,7 @@ from ..errors import InputError, ModelFileError
 from .data import make_batch
 from .features import ElmoSpec, bilm_token
 from .layers import ModelConfig
+from .readers import Example
 from .train import CHECKPOINT_FORMAT, build_model
 
 
@@ -87,7 +88,6 @@ class TaskModel:
             if self._embedder is None:
                 self._embedder = self.elmo.embedder(device=self.device)
             elmo = list(self._embedder.embed_sentences([[bilm_token(t) for t in s] for s in sentences]))
-        from .readers import Example
         batch = make_batch([Example(list(s)) for s in sentences], self.vocab, None, elmo)
         for name in ("words", "chars", "mask", "elmo"):
             value = getattr(batch, name)

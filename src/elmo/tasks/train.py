@@ -195,6 +195,8 @@ def run_task(opts: TrainOptions, metrics_path: str | None = None) -> dict:
         "files": {"train": opts.train, "dev": opts.dev, "test": opts.test},
         "seconds": round(time.time() - started, 1),
     }
+    for cache in caches.values():
+        cache.close()
     if opts.save:
         save_checkpoint(opts.save, model, cfg, vocab_words, opts, metrics)
     if metrics_path:
