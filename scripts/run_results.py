@@ -105,10 +105,15 @@ def elmo_command() -> list[str]:
     return [str(exe)] if exe.exists() else [shutil.which("elmo") or "elmo"]
 
 
+def static_command(args) -> list[str]:
+    return ["static", "train", str(data_files(args.data)["corpus"]), "-o", str(args.static), *args.static_args]
+
+
 def run_grid(args, runs) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.static.exists():
-        cmd = ["static", "train", str(data_files(args.data)["corpus"]), "-o", str(args.static), *args.static_args]
+        args.static.parent.mkdir(parents=True, exist_ok=True)
+        cmd = static_command(args)
         print("+ elmo " + shlex.join(cmd), flush=True)
         _run(args, cmd)
     for i, (name, cmd) in enumerate(runs, 1):
@@ -179,7 +184,11 @@ def render(args, runs) -> str:
         "biLM's layers, so the only difference between the arms is context.",
         "",
         f"biLM: `{args.elmo if not args.options else args.options}`; static vectors: `{args.static}`; "
-        f"{len(done)} of {len(runs)} runs present.",
+        f"{len(done)} of {len(runs)} runs present"
+        + (f", {sum(load(args.out, n).get('seconds', 0) for n in done) / 3600:.1f} h of wall-clock time." if done else "."),
+        "",
+        "Reproduce (resumable: finished runs are skipped): `python scripts/run_results.py --elmo default`; "
+        "`--render-only` rewrites this page from the metrics files.",
         "",
         "## Table 1: static baseline vs +ELMo",
         "",
@@ -228,8 +237,8 @@ def render(args, runs) -> str:
               + " (Raganato et al. 2017 publish 65.2 for this set; `tests/test_tasks_readers.py` checks our scorer gives it).",
               "", "![Probe accuracy per layer](results_probes.png)", "",
               "## Learned layer weights (softmax-normalised scalar mix, +ELMo arm, 100% data, mean over seeds)", "",
-              "Paper (section 5.4 and Figure 2): at the input the task models favour the first biLSTM layer; the",
-              "output weights are more balanced.", "",
+              "Paper (Figure 2 and its discussion): at the input the task models favour the first biLSTM layer;",
+              "the output weights are more balanced.", "",
               "| task | mix | s_0 (token layer) | s_1 | s_2 | gamma |", "| --- | --- | --- | --- | --- | --- |"]
     weights = {}
     for task in ("ner", "pos", "sst5"):
@@ -251,6 +260,7 @@ def render(args, runs) -> str:
               "Where one does not hold, the discussion goes here, with the reason we think it failed.", "",
               "## Commands", "", "Every number above comes from the metrics file named in its command.", "",
               "```"]
+    lines.append("elmo " + shlex.join(static_command(args)))
     lines += [commands[name] for name, _ in runs]
     lines += ["```", ""]
     plots(args, curve, probe_rows, weights)
