@@ -58,6 +58,8 @@ OPTION_KEYS = {
 }
 LR_DEFAULTS = {"adagrad": 0.2, "adam": 0.001}
 RUN_KEYS = {"optimizer": "adagrad", "batching": "stream", "seed": 0}  # kept in run.json
+# How often to save and log (bilm-tf: every 1250 batches, 2 kept); a resumed run keeps its own unless told.
+CONTROL_DEFAULTS = {"checkpoint_every": 1250, "checkpoint_minutes": 30.0, "keep_checkpoints": 2, "log_every": 10}
 CAN_CHANGE_ON_RESUME = ("max_steps", "epochs")
 
 
@@ -82,10 +84,10 @@ class TrainSettings:
     seed: int | None = None
     max_steps: int | None = None
     epochs: float | None = None
-    checkpoint_every: int = 1250
-    checkpoint_minutes: float = 30.0
-    keep_checkpoints: int = 2
-    log_every: int = 10
+    checkpoint_every: int | None = None
+    checkpoint_minutes: float | None = None
+    keep_checkpoints: int | None = None
+    log_every: int | None = None
     threads: int | None = None
     device: str | None = None
     bf16: bool = False
@@ -234,8 +236,6 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
     if s.threads is not None:
         _check(s.threads > 0, f"--threads must be positive, found {s.threads}")
         torch.set_num_threads(s.threads)
-    _check(s.checkpoint_every > 0 and s.keep_checkpoints > 0 and s.log_every > 0,
-           "--checkpoint-every, --keep-checkpoints and --log-every must be positive")
     _check(not s.bf16 or device.type == "cuda", "--bf16 needs a GPU (--device cuda)")
     out = Path(s.out)
     checkpoint = None
@@ -249,6 +249,11 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
     else:
         _check(not list_checkpoints(out), f"{out}: already holds a training run; pass --resume to continue it, or choose another --out")
         options, run, vocab = _fresh_run(s)
+    control = {k: getattr(s, k) if getattr(s, k) is not None else run.get("control", {}).get(k, v)
+               for k, v in CONTROL_DEFAULTS.items()}
+    _check(all(v > 0 for v in control.values()),
+           "--checkpoint-every, --checkpoint-minutes, --keep-checkpoints and --log-every must be positive")
+    run["control"] = control
     files = expand_corpus(run["train"])
     max_steps = _total_steps(options, run, files, world)
     if rank == 0 and checkpoint is None:
@@ -293,7 +298,7 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
             return None
         state = {"step": at_step, "tokens": tokens, "world_size": world, "elapsed": elapsed_before + time.time() - start,
                  "model": model.state_dict(), "optimizer": optimizer.state_dict(), "ranks": everyone}
-        return save_checkpoint(state, out, at_step, s.keep_checkpoints)
+        return save_checkpoint(state, out, at_step, control["keep_checkpoints"])
 
     bar = None
     if rank == 0 and s.progress:
@@ -316,7 +321,7 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
             with autocast:
                 nll_f, nll_b, new_states = trained(batch, states, streaming)
             loss_f, loss_b = nll_f.mean(), nll_b.mean()
-            due = rank == 0 and time.time() - last_save >= 60.0 * s.checkpoint_minutes
+            due = rank == 0 and time.time() - last_save >= 60.0 * control["checkpoint_minutes"]
             stats = distributed.all_sum(torch.stack([loss_f.detach().float(), loss_b.detach().float(),
                                                      torch.tensor(float(due), device=device)]))
             mean_f, mean_b = (stats[:2] / world).tolist()
@@ -337,7 +342,7 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
             window["loss_b"] += mean_b
             window["steps"] += 1
             window["tokens"] += n
-            if step % s.log_every == 0 or step == max_steps:
+            if step % control["log_every"] == 0 or step == max_steps:
                 now = time.time()
                 record = _record(step, tokens, window, now - last_log, elapsed_before + now - start, float(norm),
                                  optimizer.param_groups[0]["lr"])
@@ -351,7 +356,7 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
                     bar.set_postfix_str(f"{record['tok_s']:,.0f} tok/s, loss {record['loss']:.3f}, ppl {record['ppl']:.1f}", refresh=False)
             if bar is not None:
                 bar.update(1)
-            if step % s.checkpoint_every == 0 or step == max_steps or stats[2].item() > 0:
+            if step % control["checkpoint_every"] == 0 or step == max_steps or stats[2].item() > 0:
                 last_path = save(step) or last_path
                 last_save = time.time()
     summary.update(max_steps=max_steps, checkpoint=str(last_path) if last_path else None, run_dir=str(out))

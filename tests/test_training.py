@@ -1,0 +1,283 @@
+"""Training pieces in isolation: vocabulary, corpus streams, the sampled softmax, bad input."""
+
+from __future__ import annotations
+
+import gzip
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from conftest import BILM_TF, need
+
+from elmo.cli import main as cli_main
+from elmo.errors import InputError, ModelFileError
+from elmo.training import TrainingError
+from elmo.training.checkpoint import list_checkpoints, load_checkpoint
+from elmo.training.data import (
+    MAX_LINE_BYTES,
+    SentenceBatcher,
+    SentenceSource,
+    StreamBatcher,
+    expand_corpus,
+    read_sentences,
+)
+from elmo.training.softmax import LogUniformSampler, Sample, Softmax
+from elmo.training.trainer import TrainSettings, train
+from elmo.training.vocab import Vocab, build_vocab, write_vocab
+
+MICRO = {
+    "lstm": {"dim": 16, "projection_dim": 8, "n_layers": 2, "cell_clip": 3, "proj_clip": 3, "use_skip_connections": True},
+    "char_cnn": {"activation": "relu", "embedding": {"dim": 4}, "filters": [[1, 4], [2, 4], [3, 8]], "n_highway": 1,
+                 "max_characters_per_token": 50, "n_characters": 262},
+}
+
+
+@pytest.fixture(autouse=True)
+def _keep_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def write(path, lines):
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def settings(tmp_path, corpus, vocab, **kw) -> TrainSettings:
+    base = {"out": str(tmp_path / "run"), "train": [str(corpus)], "vocab": str(vocab), "options": MICRO, "batch_size": 4,
+            "unroll_steps": 5, "negatives": 10, "max_steps": 3, "threads": 1, "progress": False, "log_every": 1}
+    return TrainSettings(**{**base, **kw})
+
+
+@pytest.fixture
+def fixture_corpus(tmp_path):
+    """bilm-tf's own training text and a vocabulary built from it by `elmo vocab`."""
+    data = need(BILM_TF / "train" / "data.txt")
+    vocab = tmp_path / "vocab.txt"
+    assert cli_main(["vocab", str(data), "-o", str(vocab)]) == 0
+    return data, vocab
+
+
+# --- vocabulary -----------------------------------------------------------------------------------
+
+
+def test_vocab_order_specials_ties_and_limits():
+    counts = Counter({"b": 3, "a": 3, "c": 5, "d": 1, "<S>": 9})
+    assert build_vocab(counts) == ["<S>", "</S>", "<UNK>", "c", "a", "b", "d"]
+    assert build_vocab(counts, min_count=2) == ["<S>", "</S>", "<UNK>", "c", "a", "b"]
+    assert build_vocab(counts, max_size=5) == ["<S>", "</S>", "<UNK>", "c", "a"]
+
+
+def test_elmo_vocab_on_fixture_matches_counts(fixture_corpus):
+    data, vocab = fixture_corpus
+    tokens = Vocab.load(vocab).tokens
+    counts = Counter(w for _, words in read_sentences(str(data)) for w in words)
+    assert tokens[:3] == ["<S>", "</S>", "<UNK>"]
+    assert sorted(tokens[3:]) == sorted(counts)
+    assert [counts[t] for t in tokens[3:]] == sorted(counts.values(), reverse=True)
+    # bilm-tf's bundled vocabulary is the same set of tokens seen at least twice
+    reference = Vocab.load(BILM_TF / "train" / "vocab.txt").tokens
+    assert set(reference) == {t for t in tokens if t in ("<S>", "</S>", "<UNK>") or counts[t] >= 2}
+
+
+def test_vocab_errors(tmp_path):
+    with pytest.raises(ModelFileError, match=r"missing: </S>, <UNK>"):
+        Vocab.load(write(tmp_path / "v1.txt", ["<S>", "the"]))
+    with pytest.raises(ModelFileError, match=r"v2.txt, line 5: token 'the' repeats line 4"):
+        Vocab.load(write(tmp_path / "v2.txt", ["<S>", "</S>", "<UNK>", "the", "the"]))
+    with pytest.raises(ModelFileError, match=r"v3.txt, line 4: expected a token, found a blank line"):
+        Vocab.load(write(tmp_path / "v3.txt", ["<S>", "</S>", "<UNK>", "", "a"]))
+    with pytest.raises(ModelFileError, match="vocabulary file not found"):
+        Vocab.load(tmp_path / "nope.txt")
+    assert Vocab.load(write(tmp_path / "v4.txt", ["!!!MAXTERMID", "</S>", "<S>", "<UNK>", "x"])).encode(["x", "y"]) == [3, 2]
+
+
+def test_unsorted_vocab_is_refused_for_the_sampled_softmax(tmp_path, fixture_corpus):
+    data, vocab = fixture_corpus
+    tokens = Vocab.load(vocab).tokens
+    backwards = tmp_path / "backwards.txt"
+    write_vocab(tokens[:3] + tokens[3:][::-1], backwards)
+    with pytest.raises(ModelFileError, match="not sorted by descending frequency"):
+        train(settings(tmp_path, data, backwards))
+    # the full softmax does not care about the order
+    assert train(settings(tmp_path, data, backwards, out=str(tmp_path / "full"), sampled=False))["step"] == 3
+
+
+# --- corpus streams -------------------------------------------------------------------------------
+
+
+def test_stream_batches_are_bilm_tf_windows(tmp_path):
+    corpus = write(tmp_path / "c.txt", ["a b c", "", "d e"])
+    vocab = Vocab(["<S>", "</S>", "<UNK>", "a", "b", "c", "d"])
+    batcher = StreamBatcher(SentenceSource([str(corpus)], shuffle=False, loop=False), vocab, rows=1, unroll=4)
+
+    def words(batch, which):
+        names = {i + 1: t for i, t in enumerate(_decode_types(batch))}
+        return [names.get(int(i), "-") for i in getattr(batch, which)[0]]
+
+    first = batcher.next_batch()
+    assert words(first, "fwd_inputs") == ["<S>", "a", "b", "c"]
+    assert first.fwd_targets[0].tolist() == [3, 4, 5, 1]  # a b c </S>
+    assert words(first, "bwd_inputs") == ["</S>", "c", "b", "a"]
+    assert first.bwd_targets[0].tolist() == [5, 4, 3, 0]  # c b a <S>
+    second = batcher.next_batch()
+    assert words(second, "fwd_inputs")[:3] == ["<S>", "d", "e"]
+    assert second.fwd_targets[0, :3].tolist() == [6, 2, 1]  # d <UNK> </S>
+    assert second.lengths.tolist() == [3] and second.mask[0].tolist() == [True, True, True, False]
+    assert batcher.next_batch() is None
+
+
+def _decode_types(batch):
+    """Token text of each row of batch.char_ids (ids are UTF-8 bytes + 1 between the markers)."""
+    out = []
+    for ids in batch.char_ids.tolist():
+        if ids[1] == 257:
+            out.append("<S>")
+        elif ids[1] == 258:
+            out.append("</S>")
+        else:
+            body = [i - 1 for i in ids[1:] if i - 1 < 256]
+            out.append(bytes(body).decode())
+    return out
+
+
+def test_stream_state_restores_exactly_and_shards_partition(tmp_path):
+    lines = [" ".join(f"w{i}_{j}" for j in range(1 + i % 7)) for i in range(50)]
+    corpus = tmp_path / "c.txt.gz"
+    with gzip.open(corpus, "wt", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    vocab = Vocab(["<S>", "</S>", "<UNK>"] + sorted({w for line in lines for w in line.split()}))
+
+    def make():
+        return StreamBatcher(SentenceSource([str(corpus)], seed=3, chunk_lines=8), vocab, rows=3, unroll=4)
+
+    a = make()
+    for _ in range(7):
+        a.next_batch()
+    state = a.state()
+    expected = [a.next_batch() for _ in range(30)]  # crosses chunks and epochs
+    b = make()
+    b.restore(state)
+    for want in expected:
+        got = b.next_batch()
+        assert torch.equal(got.fwd_targets, want.fwd_targets) and torch.equal(got.bwd_targets, want.bwd_targets)
+        assert torch.equal(got.char_ids, want.char_ids) and torch.equal(got.fwd_inputs, want.fwd_inputs)
+
+    shards = [list(SentenceSource([str(corpus)], seed=1, loop=False, shard=(r, 2), chunk_lines=8)) for r in (0, 1)]
+    assert sorted(map(" ".join, shards[0] + shards[1])) == sorted(lines)
+    assert abs(len(shards[0]) - len(shards[1])) <= 4
+
+
+def test_sentence_batches_sorted_with_zero_padding(tmp_path):
+    corpus = write(tmp_path / "c.txt", ["a", "a b c", "b c"])
+    vocab = Vocab(["<S>", "</S>", "<UNK>", "a", "b", "c"])
+    batch = SentenceBatcher(SentenceSource([str(corpus)], shuffle=False, loop=False), vocab, rows=8).next_batch()
+    assert batch.lengths.tolist() == [4, 3, 2]
+    assert batch.fwd_targets[2].tolist() == [3, 1, 0, 0] and batch.fwd_inputs[2, 2:].tolist() == [0, 0]
+
+
+def test_corpus_errors(tmp_path):
+    with pytest.raises(InputError, match="no corpus file found"):
+        expand_corpus([str(tmp_path / "missing*.txt")])
+    with pytest.raises(InputError, match="missing.txt: corpus file not found"):
+        list(read_sentences(str(tmp_path / "missing.txt")))
+    long_line = tmp_path / "long.txt"
+    long_line.write_bytes(b"ok line\n" + b"x " * (MAX_LINE_BYTES // 2 + 1) + b"\n")
+    with pytest.raises(InputError, match=r"long.txt, line 2: longer than 100,000 bytes"):
+        list(read_sentences(str(long_line)))
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine\nnot \xff utf8\n")
+    with pytest.raises(InputError, match=r"bad.txt, line 2: invalid UTF-8"):
+        list(SentenceSource([str(bad)], loop=False))
+    empty = write(tmp_path / "empty.txt", ["", "   "])
+    with pytest.raises(InputError, match="no sentences"):
+        SentenceSource([str(empty)]).next()
+
+
+def test_training_input_errors_through_the_cli(tmp_path, fixture_corpus, capsys):
+    data, vocab = fixture_corpus
+    empty = write(tmp_path / "empty.txt", [""])
+    common = ["train", "--vocab", str(vocab), "--preset", "tiny", "--max-steps", "1", "--no-progress"]
+    assert cli_main(common + ["--train", str(tmp_path / "none*.txt"), "--out", str(tmp_path / "a")]) == 2
+    assert "none*.txt: no corpus file found" in capsys.readouterr().err
+    assert cli_main(common + ["--train", str(empty), "--out", str(tmp_path / "b")]) == 2
+    assert "empty.txt: no sentences (the corpus is empty or only blank lines)" in capsys.readouterr().err
+    no_specials = write(tmp_path / "v.txt", ["the", "a"])
+    assert cli_main(["train", "--vocab", str(no_specials), "--train", str(data), "--preset", "tiny", "--out", str(tmp_path / "c")]) == 2
+    assert "missing: <S>, </S>, <UNK>" in capsys.readouterr().err
+    assert cli_main(["perplexity", str(tmp_path / "nothing"), "--test", str(data)]) == 2
+    assert "neither a model directory nor a bundled model" in capsys.readouterr().err
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, fixture_corpus):
+    data, vocab = fixture_corpus
+    s = settings(tmp_path, data, vocab, lr=1e30, max_steps=50, checkpoint_every=1, keep_checkpoints=50)
+    with pytest.raises(TrainingError, match=r"step (\d+): the (loss|gradient norm|model's weights) is not finite") as err:
+        train(s)
+    saved = list_checkpoints(s.out)
+    assert saved, "the steps before the blow-up were checkpointed"
+    assert f"the last good checkpoint, {saved[-1][1]}, is kept" in str(err.value)
+    assert all(torch.isfinite(v).all() for v in load_checkpoint(saved[-1][1])["model"].values())
+
+
+def test_resume_refuses_changed_settings(tmp_path, fixture_corpus):
+    data, vocab = fixture_corpus
+    train(settings(tmp_path, data, vocab))
+    with pytest.raises(InputError, match="already holds a training run"):
+        train(settings(tmp_path, data, vocab))
+    with pytest.raises(InputError, match=r"--batch-size 8: the run in .* was started with 4"):
+        train(TrainSettings(out=str(tmp_path / "run"), resume=True, batch_size=8, max_steps=4, progress=False))
+
+
+# --- softmax --------------------------------------------------------------------------------------
+
+
+def test_log_uniform_sampler_matches_tf_distribution():
+    sampler = LogUniformSampler(1000, 50, torch.Generator().manual_seed(0))
+    draws = sampler.draw(200_000).numpy()
+    p = (np.log(np.arange(1000) + 2) - np.log(np.arange(1000) + 1)) / np.log(1001)
+    observed = np.bincount(draws, minlength=1000) / len(draws)
+    assert np.abs(observed[:10] - p[:10]).max() < 0.004
+    sample = sampler.sample()
+    assert len(sample.ids) == 50 and len(set(sample.ids.tolist())) == 50 and sample.num_tries >= 50
+
+
+def test_sampled_softmax_equals_direct_reference():
+    """TF's sampled_softmax_loss computed by hand in float64: log-Q correction, accidental hits removed."""
+    torch.manual_seed(0)
+    vocab_size, dim = 40, 5
+    softmax = Softmax(vocab_size, dim)
+    with torch.no_grad():
+        softmax.b.normal_()
+    sample = LogUniformSampler(vocab_size, 12, torch.Generator().manual_seed(1)).sample()
+    ids = sample.ids.tolist()
+    targets = torch.tensor([ids[0], ids[3], 39, 0 if 0 not in ids else 38, ids[5], 17])
+    h = torch.randn(len(targets), dim)
+    got = softmax.sampled_nll(h, targets, sample)
+
+    W, b = softmax.W.detach().double().numpy(), softmax.b.detach().double().numpy()
+    x = h.double().numpy()
+
+    def expected_count(k):
+        p = (math.log(k + 2) - math.log(k + 1)) / math.log(vocab_size + 1)
+        if sample.num_tries == len(ids):
+            return p * len(ids)
+        return 1.0 - (1.0 - p) ** sample.num_tries
+
+    hits = 0
+    for row, t in enumerate(targets.tolist()):
+        true = x[row] @ W[t] + b[t] - math.log(expected_count(t))
+        negatives = [x[row] @ W[k] + b[k] - math.log(expected_count(k)) for k in ids if k != t]
+        hits += len(ids) - len(negatives)
+        want = -true + math.log(math.exp(true) + sum(math.exp(v) for v in negatives))
+        assert got[row].item() == pytest.approx(want, rel=1e-5, abs=1e-5)
+    assert hits == 3  # the case covers accidental hits
+
+
+def test_sample_expected_counts_without_rejections():
+    sample = Sample(torch.tensor([0, 5]), num_tries=2, vocab_size=9)
+    p5 = (math.log(7) - math.log(6)) / math.log(10)
+    assert sample.log_expected(torch.tensor([5])).item() == pytest.approx(math.log(2 * p5), rel=1e-6)

@@ -1,0 +1,240 @@
+"""Whole training runs: learning, SIGKILL + resume, export -> embed, torchrun vs one process."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from conftest import BILM_TF, REPO, need
+
+from elmo.chars import batch_to_ids
+from elmo.cli import main as cli_main
+from elmo.training.checkpoint import (
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+)
+from elmo.training.data import Batch, SentenceSource, StreamBatcher, expand_corpus
+from elmo.training.export import load_run
+from elmo.training.model import detach_states
+from elmo.training.perplexity import perplexity
+from elmo.training.trainer import TrainSettings, _build_model, _make_optimizer, train
+from elmo.training.vocab import Vocab
+from elmo.weights import dataset_map, load_bilm
+
+MICRO = {
+    "lstm": {"dim": 32, "projection_dim": 16, "n_layers": 2, "cell_clip": 3, "proj_clip": 3, "use_skip_connections": True},
+    "char_cnn": {"activation": "relu", "embedding": {"dim": 4}, "filters": [[1, 8], [2, 8], [3, 16]], "n_highway": 1,
+                 "max_characters_per_token": 50, "n_characters": 262},
+}
+ELMO = Path(sys.executable).parent / "elmo"  # the console script of this environment
+
+
+@pytest.fixture(autouse=True)
+def _keep_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def subprocess_env() -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO / "src"))
+    return env
+
+
+@pytest.fixture
+def fixture_run(tmp_path):
+    """bilm-tf's training text, its vocabulary (by `elmo vocab`), and the train flags used below."""
+    data = need(BILM_TF / "train" / "data.txt")
+    vocab = tmp_path / "vocab.txt"
+    assert cli_main(["vocab", str(data), "-o", str(vocab)]) == 0
+    options = tmp_path / "micro.json"
+    options.write_text(json.dumps(MICRO))
+    flags = ["--train", str(data), "--vocab", str(vocab), "--options", str(options), "--batch-size", "6",
+             "--unroll-steps", "8", "--negatives", "16", "--threads", "1", "--no-progress", "--seed", "5"]
+    return data, vocab, flags
+
+
+def test_tiny_model_beats_unigram_perplexity(tmp_path):
+    """150 steps on 2,000 sentences of a small language (each word is usually the successor of the
+    previous one): held-out perplexity in both directions far below the unigram model's.
+
+    Real text needs far more steps than a unit test can afford before context pays off;
+    benchmarks/ptb_char_small.py measures that on PTB.
+    """
+    rng = random.Random(0)
+
+    def sentence() -> str:
+        words = [rng.randrange(60)]
+        for _ in range(rng.randint(1, 9)):
+            words.append((words[-1] + 1) % 60 if rng.random() < 0.8 else rng.randrange(60))
+        return " ".join(f"t{w:02d}" for w in words)
+
+    train_lines = [sentence() for _ in range(2000)]
+    seen = set(train_lines)
+    held_out = [s for s in (sentence() for _ in range(300)) if s not in seen][:150]
+    train_txt, valid_txt, vocab_file = tmp_path / "train.txt", tmp_path / "valid.txt", tmp_path / "vocab.txt"
+    train_txt.write_text("\n".join(train_lines) + "\n")
+    valid_txt.write_text("\n".join(held_out) + "\n")
+    assert cli_main(["vocab", str(train_txt), "-o", str(vocab_file)]) == 0
+    settings = TrainSettings(out=str(tmp_path / "run"), train=[str(train_txt)], vocab=str(vocab_file), options=MICRO,
+                             batch_size=16, unroll_steps=20, optimizer="adam", lr=0.02, dropout=0.0, sampled=False,
+                             max_steps=150, threads=1, progress=False, log_every=50)
+    train(settings)
+    model, vocab, _ = load_run(settings.out)
+    result = perplexity(model, vocab, [str(valid_txt)])
+
+    counts = Counter(i for line in train_lines for i in vocab.encode(line.split() + ["</S>"]))
+    total = sum(counts.values())
+    targets = [i for line in held_out for i in vocab.encode(line.split() + ["</S>"])]
+    unigram = math.exp(-sum(math.log((counts[i] + 1) / (total + len(vocab))) for i in targets) / len(targets))
+    assert result["tokens"] == len(targets) and unigram > 40
+    assert result["forward"] < 0.3 * unigram and result["backward"] < 0.3 * unigram, (result, unigram)
+
+
+def test_sigkill_and_resume_equals_uninterrupted(tmp_path, fixture_run):
+    _, _, flags = fixture_run
+    steps = ["--max-steps", "60", "--checkpoint-every", "5", "--log-every", "5"]
+    straight, broken = tmp_path / "straight", tmp_path / "broken"
+    assert cli_main(["train", *flags, *steps, "--out", str(straight)]) == 0
+
+    proc = subprocess.Popen([str(ELMO), "train", *flags, *steps, "--out", str(broken)], env=subprocess_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        saved = list_checkpoints(broken)
+        if saved and saved[-1][0] >= 10:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()
+    killed_at = list_checkpoints(broken)[-1][0]
+    assert 10 <= killed_at < 60
+
+    assert cli_main(["train", "--out", str(broken), "--resume", "--threads", "1", "--no-progress"]) == 0
+    a, b = load_checkpoint(latest_checkpoint(straight)), load_checkpoint(latest_checkpoint(broken))
+    assert a["step"] == b["step"] == 60
+    for name, value in a["model"].items():
+        assert torch.equal(value, b["model"][name]), name
+    for key, state in a["optimizer"]["state"].items():
+        assert torch.equal(state["sum"], b["optimizer"]["state"][key]["sum"])
+    records = [json.loads(line) for line in (broken / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(5, 61, 5))  # the killed run's extra records were dropped
+    assert records == [dict(r, tok_s=records[i]["tok_s"], elapsed_s=records[i]["elapsed_s"])
+                       for i, r in enumerate(json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines())]
+
+
+def test_train_export_embed_round_trip(tmp_path, fixture_run):
+    data, _, flags = fixture_run
+    run, model_dir = tmp_path / "run", tmp_path / "model"
+    assert cli_main(["train", *flags, "--max-steps", "4", "--out", str(run)]) == 0
+    assert cli_main(["export", str(run), "-o", str(model_dir)]) == 0
+
+    options = json.loads((model_dir / "options.json").read_text())
+    assert set(options) == {"lstm", "char_cnn"} and options["char_cnn"]["n_characters"] == 262
+    lm, vocab, _ = load_run(run)
+    with h5py.File(model_dir / "weights.hdf5", "r") as f:
+        names = set()
+        f.visititems(lambda name, obj: names.add(name) if isinstance(obj, h5py.Dataset) else None)
+        expected = dataset_map(lm.bilm)
+        assert names == set(expected) and f["char_embed"].shape == (261, 4)
+        for name, (param, shape) in expected.items():
+            assert f[name].dtype == np.float32
+            np.testing.assert_array_equal(f[name][...], param.detach().numpy().reshape(shape))
+    with h5py.File(model_dir / "softmax.hdf5", "r") as f:
+        np.testing.assert_array_equal(f["W"][...], lm.softmax.W.detach().numpy())
+        assert f["b"].shape == (len(vocab),)
+    assert (model_dir / "vocab.txt").read_text() == (run / "vocab.txt").read_text()
+
+    sentences = [line.split() for line in data.read_text().splitlines()[:4]]
+    text = tmp_path / "in.txt"
+    text.write_text("\n".join(" ".join(s) for s in sentences) + "\n")
+    out = tmp_path / "out.hdf5"
+    assert cli_main(["embed", str(text), str(out), "--model", str(model_dir)]) == 0
+    direct = load_bilm(model_dir / "options.json", model_dir / "weights.hdf5")
+    with torch.no_grad():
+        reference = lm.bilm(batch_to_ids(sentences))
+    with h5py.File(out, "r") as f:
+        for i, sentence in enumerate(sentences):
+            layers = torch.stack([layer[i, 1 : 1 + len(sentence)] for layer in reference.layers])
+            np.testing.assert_allclose(f[str(i)][...], layers.numpy(), rtol=1e-5, atol=1e-5)
+    assert direct.config.projection_dim == 16
+
+
+
+def test_perplexity_cli_json(tmp_path, fixture_run, capsys):
+    data, _, flags = fixture_run
+    run, model_dir = tmp_path / "run", tmp_path / "model"
+    assert cli_main(["train", *flags, "--max-steps", "3", "--out", str(run)]) == 0
+    assert cli_main(["export", str(run), "-o", str(model_dir)]) == 0
+    capsys.readouterr()
+    assert cli_main(["perplexity", str(model_dir), "--test", str(data), "--json", "--mode", "sentence"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    direct = perplexity(*load_run(run)[:2], [str(data)], mode="sentence")
+    assert set(result) >= {"forward", "backward", "average", "tokens"}
+    assert result["tokens"] == 134 + len(data.read_text().splitlines())  # words + one </S> per sentence
+    for key in ("forward", "backward", "average"):
+        assert result[key] == pytest.approx(direct[key], rel=1e-9)
+    assert result["average"] == pytest.approx(math.sqrt(result["forward"] * result["backward"]), rel=1e-9)
+
+
+def _concat(a: Batch, b: Batch) -> Batch:
+    """Rows of `a` then rows of `b`, as one batch (b's token indices shifted past a's)."""
+    shift = a.char_ids.shape[0]
+    bump = lambda x: torch.where(x > 0, x + shift, x)
+    return Batch(torch.cat([a.char_ids, b.char_ids]), torch.cat([a.fwd_inputs, bump(b.fwd_inputs)]),
+                 torch.cat([a.bwd_inputs, bump(b.bwd_inputs)]), torch.cat([a.fwd_targets, b.fwd_targets]),
+                 torch.cat([a.bwd_targets, b.bwd_targets]), torch.cat([a.mask, b.mask]), torch.cat([a.lengths, b.lengths]))
+
+
+@pytest.mark.skipif(not shutil.which("torchrun", path=str(Path(sys.executable).parent)), reason="needs torchrun")
+def test_torchrun_two_processes_match_one_process(tmp_path, fixture_run):
+    """2 gloo ranks x 3 rows == 1 process on the same 6 rows (rank r's rows come from its shard)."""
+    _, _, flags = fixture_run
+    run = tmp_path / "ddp"
+    torchrun = Path(sys.executable).parent / "torchrun"
+    command = [str(torchrun), "--standalone", "--nproc_per_node=2", str(ELMO), "train", *flags, "--out", str(run),
+               "--batch-size", "3", "--full-softmax", "--dropout", "0", "--max-steps", "4", "--log-every", "1"]
+    done = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+    options = json.loads((run / "options.json").read_text())
+    info = json.loads((run / "run.json").read_text())
+    vocab = Vocab.load(run / "vocab.txt")
+    torch.set_num_threads(1)
+    torch.manual_seed(info["seed"])
+    model, _ = _build_model(options, vocab, info, rank=0)
+    optimizer = _make_optimizer(model, options, info)
+    files = expand_corpus(info["train"])
+    batchers = [StreamBatcher(SentenceSource(files, seed=info["seed"], shard=(r, 2), chunk_lines=info["chunk_lines"]),
+                              vocab, 3, options["unroll_steps"]) for r in (0, 1)]
+    model.train()
+    states = None
+    for record in logged:
+        batch = _concat(*(b.next_batch() for b in batchers))
+        nll_f, nll_b, new_states = model(batch, states)
+        loss = 0.5 * (nll_f.mean() + nll_b.mean())
+        assert record["loss"] == pytest.approx(loss.item(), rel=1e-5, abs=1e-6)
+        (loss * options["unroll_steps"]).backward()
+        torch.nn.utils.clip_grad_norm_(list(model.parameters()), options["all_clip_norm_val"])
+        optimizer.step()
+        optimizer.zero_grad()
+        states = detach_states(new_states)
+    saved = load_checkpoint(latest_checkpoint(run))["model"]
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(saved[name], value, rtol=1e-4, atol=1e-5)
