@@ -8,6 +8,7 @@ or data set never reuses a stale cache.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import tempfile
@@ -50,12 +51,8 @@ class ElmoSpec:
 
     def fingerprint(self) -> str:
         """Hash of the model's bytes (options + weights), not of its path."""
-        h = hashlib.sha256()
-        for path in (self.options_file, self.weight_file):
-            with open(path, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-        return h.hexdigest()[:16]
+        return _file_hash(self.options_file, self.weight_file,
+                          os.path.getmtime(self.weight_file), os.path.getsize(self.weight_file))
 
     def num_layers(self) -> int:
         """L+1: the token layer and the LSTM layers, from options.json (checked before any work is done)."""
@@ -64,6 +61,17 @@ class ElmoSpec:
 
     def describe(self) -> str:
         return self.name or f"{self.options_file} + {self.weight_file}"
+
+
+@functools.lru_cache(maxsize=8)
+def _file_hash(options_file: str, weight_file: str, mtime: float, size: int) -> str:
+    """Hashed once per process and file version: a real weight file is hundreds of MB."""
+    h = hashlib.sha256()
+    for path in (options_file, weight_file):
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()[:16]
 
 
 def bilm_token(token: str) -> str:

@@ -87,8 +87,9 @@ def evaluate(model, data: TaskData, vocab: dict, labels: dict, task: str, batch_
     model.eval()
     names = {i: n for n, i in labels.items()}
     predicted: list = [None] * len(data)
+    device = next(model.parameters()).device
     for idx, batch in data.batches(vocab, labels, batch_size):
-        for i, out in zip(idx, model.decode(batch)):
+        for i, out in zip(idx, model.decode(_to(batch, device))):
             predicted[i] = [names[k] for k in out] if isinstance(out, list) else names[out]
     if task == "ner":
         return span_f1([e.tags for e in data.examples], predicted)
