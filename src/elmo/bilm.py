@@ -67,28 +67,41 @@ class CharEncoder(nn.Module):
             return torch.cat([self.char_embed.new_zeros(1, self.char_embed.shape[1]), self.char_embed])
         return self.char_embed
 
-    def forward(self, ids: torch.Tensor, chunk: int = 256) -> torch.Tensor:
-        """ids (N, 50) -> (N, projection_dim). Runs in chunks of tokens to bound memory."""
-        if ids.shape[0] > chunk:
-            return torch.cat([self.forward(part, chunk) for part in ids.split(chunk)])
+    def filter_maxima(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each filter's maximum over positions (before the activation) and where it was: (N, n_filters) each."""
         x = F.embedding(ids, self.embedding_table())  # (N, 50, d)
         n, length, d = x.shape
-        pooled = []
+        values, positions = [], []
         for w, b in zip(self.conv_weights, self.conv_biases):
             # "VALID" convolution as one GEMM over all windows (im2col), then max over positions.
             width = w.shape[0]
             windows = x.unfold(1, width, 1).transpose(2, 3).reshape(n * (length - width + 1), width * d)
             y = torch.addmm(b, windows, w.reshape(width * d, -1)).view(n, length - width + 1, -1)
-            pooled.append(y.max(dim=1).values)
-        y = torch.cat(pooled, dim=1)
-        h = torch.relu(y) if self.config.activation == "relu" else torch.tanh(y)
+            best, where = y.max(dim=1)
+            values.append(best)
+            positions.append(where)
+        return torch.cat(values, dim=1), torch.cat(positions, dim=1)
+
+    def activation(self, y: torch.Tensor) -> torch.Tensor:
+        return torch.relu(y) if self.config.activation == "relu" else torch.tanh(y)
+
+    def highway(self, k: int, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Highway layer k: (new h, gate). The gate g lets the relu-transformed value through."""
+        gate = torch.sigmoid(torch.addmm(self.highway_carry_b[k], h, self.highway_carry_w[k]))
+        transformed = torch.relu(torch.addmm(self.highway_transform_b[k], h, self.highway_transform_w[k]))
+        return gate * transformed + (1.0 - gate) * h, gate
+
+    def project(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(self.proj_b, h, self.proj_w) if self.proj_w is not None else h
+
+    def forward(self, ids: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+        """ids (N, 50) -> (N, projection_dim). Runs in chunks of tokens to bound memory."""
+        if ids.shape[0] > chunk:
+            return torch.cat([self.forward(part, chunk) for part in ids.split(chunk)])
+        h = self.activation(self.filter_maxima(ids)[0])
         for k in range(self.config.n_highway):
-            gate = torch.sigmoid(torch.addmm(self.highway_carry_b[k], h, self.highway_carry_w[k]))
-            transformed = torch.relu(torch.addmm(self.highway_transform_b[k], h, self.highway_transform_w[k]))
-            h = gate * transformed + (1.0 - gate) * h
-        if self.proj_w is not None:
-            h = torch.addmm(self.proj_b, h, self.proj_w)
-        return h
+            h, _ = self.highway(k, h)
+        return self.project(h)
 
 
 class LstmLayer(nn.Module):

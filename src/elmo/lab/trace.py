@@ -1,8 +1,8 @@
 """The character encoder taken apart, stage by stage, for "how a vector is built" (panel 2).
 
-`char_stages` recomputes CharEncoder.forward (doc sections 4.1-4.4) one step at a time, keeping
-what the single fused GEMM of the library hides: each filter's best position, the highway gates,
-and the vector after every stage. A test checks its last stage equals the encoder's output.
+`char_stages` runs CharEncoder's stages (doc sections 4.1-4.4) one at a time, keeping what its
+forward discards: each filter's best position, the highway gates, and the vector after every
+stage. A test checks its last stage equals the encoder's output.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from ..bilm import CharEncoder
 from ..chars import BOS_CHAR, BOW_CHAR, EOS_CHAR, EOW_CHAR, PAD_CHAR, batch_to_ids
@@ -34,27 +33,15 @@ class CharStages:
 @torch.no_grad()
 def char_stages(enc: CharEncoder, tokens: list[str]) -> CharStages:
     ids = batch_to_ids([tokens])[0].to(enc.char_embed.device)  # (N, 50)
-    x = F.embedding(ids, enc.embedding_table())  # (N, 50, d)
-    values, positions, widths = [], [], []
-    for w, b in zip(enc.conv_weights, enc.conv_biases):
-        width = w.shape[0]
-        windows = x.unfold(1, width, 1)  # (N, 50 - width + 1, d, width)
-        y = torch.einsum("npdw,wdf->npf", windows, w) + b
-        best, pos = y.max(dim=1)
-        values.append(best)
-        positions.append(pos)
-        widths += [width] * w.shape[2]
-    pooled = torch.cat(values, dim=1)
-    h = torch.relu(pooled) if enc.config.activation == "relu" else torch.tanh(pooled)
-    cnn = h
+    pooled, best_pos = enc.filter_maxima(ids)
+    widths = [w.shape[0] for w in enc.conv_weights for _ in range(w.shape[2])]
+    h = cnn = enc.activation(pooled)
     highway, gates = [], []
     for k in range(enc.config.n_highway):
-        gate = torch.sigmoid(h @ enc.highway_carry_w[k] + enc.highway_carry_b[k])
-        h = gate * torch.relu(h @ enc.highway_transform_w[k] + enc.highway_transform_b[k]) + (1.0 - gate) * h
+        h, gate = enc.highway(k, h)
         highway.append(h)
         gates.append(gate.mean(dim=1))
-    projection = h @ enc.proj_w + enc.proj_b if enc.proj_w is not None else h
-    return CharStages(cnn, torch.cat(positions, dim=1), widths, highway, gates, projection)
+    return CharStages(cnn, best_pos, widths, highway, gates, enc.project(h))
 
 
 def char_label(char_id: int) -> str:
