@@ -240,7 +240,7 @@ def write_parts(embedder: Embedder, input_file: str, plan: Plan, blocks: list[in
             continue
         texts = [text for _, text in lines]
         start = plan.blocks[block][0]
-        with atomic_path(plan.part_path(block)) as tmp, h5py.File(tmp, "w") as out:
+        with atomic_path(plan.part_path(block)) as tmp, h5py.File(tmp, "w", libver=spec.libver) as out:
             out.attrs[PART_ATTR] = json.dumps({**plan.header, "lines": list(plan.blocks[block])})
             sentences = (text.split() for text in texts)
             for i, vectors in enumerate(embedder.embed_sentences(sentences, layers="all", batch_size=batch_size)):
@@ -249,8 +249,8 @@ def write_parts(embedder: Embedder, input_file: str, plan: Plan, blocks: list[in
         todo.discard(block)
 
 
-def join_parts(input_file: str, output_file: str, plan: Plan, forget_sentences: bool, use_sentence_keys: bool,
-               progress: bool) -> None:
+def join_parts(input_file: str, output_file: str, plan: Plan, spec: OutputSpec, forget_sentences: bool,
+               use_sentence_keys: bool, progress: bool) -> None:
     """Copy every line's dataset, in line order, from the parts into OUTPUT (atomically), then drop the parts."""
     missing = [plan.part_path(b) for b in range(len(plan.blocks)) if not os.path.exists(plan.part_path(b))]
     if missing:
@@ -262,7 +262,7 @@ def join_parts(input_file: str, output_file: str, plan: Plan, forget_sentences: 
     bar = tqdm(total=plan.n_lines, unit="line", unit_scale=True, desc="joining",
                disable=not progress, dynamic_ncols=True)
     try:
-        with bar, atomic_path(output_file) as tmp, h5py.File(tmp, "w") as out:
+        with bar, atomic_path(output_file) as tmp, h5py.File(tmp, "w", libver=spec.libver) as out:
             for number, text in iter_lines(input_file):
                 if number % plan.part_lines == 0:
                     if part is not None:
@@ -311,7 +311,9 @@ def embed_corpus(embedder: Embedder, input_file: str | os.PathLike, output_file:
     with tqdm(total=sum(plan.tokens[b] for b in mine), unit="tok", unit_scale=True, desc=desc, disable=not show,
               dynamic_ncols=True) as bar:
         write_parts(embedder, input_file, plan, mine, spec, batch_size, bar)
+    if show and ranks.world > 1:
+        tqdm.write("elmo embed: rank 0's parts are written; waiting for the other ranks", file=sys.stderr)
     ranks.barrier()
     if ranks.rank == 0:
-        join_parts(input_file, output_file, plan, forget_sentences, use_sentence_keys, progress)
+        join_parts(input_file, output_file, plan, spec, forget_sentences, use_sentence_keys, progress)
 

@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--part-lines", type=int, default=10_000,
                    help="lines per part file (default 10000): a crash loses at most one part per process")
     p.add_argument("--device", default="cpu",
-                   help="cpu, cuda or cuda:N (under torchrun, cuda means cuda:LOCAL_RANK)")
+                   help="cpu, cuda or cuda:N (under torchrun, cuda means one GPU per local rank)")
     p.set_defaults(func=run, output_format="all")
 
 
@@ -82,8 +82,9 @@ def run(args: argparse.Namespace) -> int:
                    compression=spec.compression)
         return 0
     ranks = Ranks.from_env()
-    if args.device == "cuda" and ranks.world > 1:
-        args.device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
+    if args.device == "cuda" and ranks.world > 1 and torch.cuda.is_available():
+        # one GPU per local rank; with fewer GPUs than ranks, ranks share them round-robin
+        args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0')) % torch.cuda.device_count()}"
     try:
         embed_corpus(load_embedder(args), args.input, args.output, spec, batch_size=args.batch_size,
                      forget_sentences=args.forget_sentences, use_sentence_keys=args.use_sentence_keys,
