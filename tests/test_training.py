@@ -230,6 +230,10 @@ def test_resume_refuses_changed_settings(tmp_path, fixture_corpus):
         train(settings(tmp_path, data, vocab))
     with pytest.raises(InputError, match=r"--batch-size 8: the run in .* was started with 4"):
         train(TrainSettings(out=str(tmp_path / "run"), resume=True, batch_size=8, max_steps=4, progress=False))
+    # a new learning rate is the one change a resumed run accepts (e.g. after a NaN stop)
+    train(TrainSettings(out=str(tmp_path / "run"), resume=True, lr=0.05, max_steps=4, progress=False, threads=1))
+    saved = load_checkpoint(list_checkpoints(tmp_path / "run")[-1][1])
+    assert saved["step"] == 4 and [g["lr"] for g in saved["optimizer"]["param_groups"]] == [0.05]
 
 
 # --- softmax --------------------------------------------------------------------------------------

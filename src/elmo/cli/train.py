@@ -35,8 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--unroll-steps", type=int, help="window length, truncated BPTT (default 20)")
     p.add_argument("--dropout", type=float, help="default 0.1")
     p.add_argument("--clip-norm", type=float, help="global gradient-norm clip (default 10)")
-    p.add_argument("--lr", type=float, help="learning rate (default 0.2 for adagrad, 0.001 for adam)")
-    p.add_argument("--optimizer", choices=["adagrad", "adam"], help="default adagrad (initial accumulator 1.0)")
+    p.add_argument("--lr", type=float, help="learning rate (default 0.2 for adagrad, 0.001 for adam, 1.0 for sgd); "
+                   "with --resume, the new rate from there on")
+    p.add_argument("--optimizer", choices=["adagrad", "adam", "sgd"], help="default adagrad (initial accumulator 1.0)")
     soft = p.add_mutually_exclusive_group()
     soft.add_argument("--full-softmax", dest="sampled", action="store_const", const=False, help="exact softmax over the vocabulary")
     soft.add_argument("--sampled-softmax", dest="sampled", action="store_const", const=True, help="sampled softmax (default)")

@@ -56,11 +56,11 @@ OPTION_KEYS = {
     "negatives": ("n_negative_samples_batch", 8192),
     "epochs": ("n_epochs", 10),
 }
-LR_DEFAULTS = {"adagrad": 0.2, "adam": 0.001}
+LR_DEFAULTS = {"adagrad": 0.2, "adam": 0.001, "sgd": 1.0}
 RUN_KEYS = {"optimizer": "adagrad", "batching": "stream", "seed": 0}  # kept in run.json
 # How often to save and log (bilm-tf: every 1250 batches, 2 kept); a resumed run keeps its own unless told.
 CONTROL_DEFAULTS = {"checkpoint_every": 1250, "checkpoint_minutes": 30.0, "keep_checkpoints": 2, "log_every": 10}
-CAN_CHANGE_ON_RESUME = ("max_steps", "epochs")
+CAN_CHANGE_ON_RESUME = ("max_steps", "epochs", "lr")  # a new --lr applies from the resumed step on
 
 
 @dataclass
@@ -191,6 +191,8 @@ def _build_model(options: dict, vocab: Vocab, run: dict, rank: int) -> tuple[Lan
 def _make_optimizer(model: torch.nn.Module, options: dict, run: dict) -> torch.optim.Optimizer:
     if run["optimizer"] == "adam":
         return torch.optim.Adam(model.parameters(), lr=options["learning_rate"])
+    if run["optimizer"] == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=options["learning_rate"])
     return torch.optim.Adagrad(model.parameters(), lr=options["learning_rate"], initial_accumulator_value=1.0)
 
 
@@ -277,7 +279,11 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
     step, tokens, states, elapsed_before = 0, 0, None, 0.0
     if checkpoint is not None:
         model.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
+        optimizer.load_state_dict(checkpoint["optimizer"])  # with the learning rate it had reached
+        if s.lr is not None:
+            _check(s.lr > 0, f"--lr must be positive, found {s.lr}")
+            for group in optimizer.param_groups:
+                group["lr"] = s.lr
         mine = checkpoint["ranks"][rank]
         batcher.restore(mine["data"])
         states = _states_to(mine["lstm"], device)
@@ -372,7 +378,7 @@ def _record(step, tokens, window, seconds, elapsed, norm, lr) -> dict:
 
 
 def _nan_message(step: int, loss_f: float, loss_b: float, last_path: Path | None, what: str = "loss") -> str:
-    kept = (f"the last good checkpoint, {last_path}, is kept (`elmo export` works on it; to go on, start a new "
-            "run from the export with --init-from and a lower --lr)") if last_path else "no checkpoint had been written yet"
+    kept = (f"the last good checkpoint, {last_path}, is kept (continue from it with --resume and a lower --lr)"
+            if last_path else "no checkpoint had been written yet")
     return (f"step {step}: the {what} is not finite (forward {loss_f}, backward {loss_b}); training stopped and "
             f"nothing was saved after step {step - 1}; {kept}. Try a lower --lr or check the corpus.")

@@ -1,0 +1,91 @@
+"""PTB word-level perplexity of a biLM the size of Kim et al. (2016)'s LSTM-Char-Small (test ppl 92.3).
+
+Kim et al.'s Small: char embedding 15, 525 tanh filters (25*w for widths 1-6), one highway layer,
+2 LSTM layers of 300, dropout 0.5, SGD at lr 1 halved whenever validation perplexity improves by
+less than 1, gradient norm clipped at 5, batch 20, unroll 35, 25 epochs. Here the same sizes train
+as a biLM with `elmo train` (both directions, full softmax, no skip connections). The one change:
+our LSTM input must be as wide as the LSTM, so the 525 highway outputs are projected to 300.
+
+Perplexity is per word over Mikolov's test set, end of sentence included (82,430 tokens), with one
+row reading the text in order and the LSTM state carried across sentences: the usual PTB protocol.
+Every epoch appends a record to OUT/benchmark.jsonl; rerunning the same command continues.
+
+    python benchmarks/ptb_char_small.py --out runs/ptb_char_small --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from elmo.cli import main as elmo
+from elmo.training.checkpoint import latest_checkpoint
+from elmo.training.data import count_targets
+from elmo.training.export import load_run
+from elmo.training.perplexity import perplexity
+from elmo.training.trainer import TrainSettings, train
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "ptb_mikolov"
+KIM_SMALL = {
+    "lstm": {"dim": 300, "projection_dim": 300, "n_layers": 2, "cell_clip": None, "proj_clip": None,
+             "use_skip_connections": False},
+    "char_cnn": {"activation": "tanh", "embedding": {"dim": 15}, "filters": [[w, 25 * w] for w in range(1, 7)],
+                 "n_highway": 1, "max_characters_per_token": 50, "n_characters": 261},
+}
+
+
+def score(out: Path, text: Path, lines: int | None) -> dict:
+    if lines:
+        head = out / f"{text.stem}.head{lines}.txt"
+        head.write_text("".join(text.read_text().splitlines(keepends=True)[:lines]))
+        text = head
+    model, vocab, _ = load_run(out)
+    return perplexity(model, vocab, [str(text)], mode="stream", batch_size=1, unroll=35)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="run directory (created; rerun the command to continue)")
+    p.add_argument("--data", default=str(DATA), help="folder with ptb.train.txt, ptb.valid.txt, ptb.test.txt")
+    p.add_argument("--epochs", type=int, default=25)
+    p.add_argument("--steps-per-epoch", type=int, help="default: one pass over ptb.train.txt (1,328 steps)")
+    p.add_argument("--eval-lines", type=int, help="score only the first N lines of valid/test (a quick check)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args()
+    data, out = Path(args.data), Path(args.out)
+    torch.set_num_threads(args.threads)
+    out.mkdir(parents=True, exist_ok=True)
+    vocab, log = out / "ptb.vocab.txt", out / "benchmark.jsonl"
+    if not vocab.exists():
+        elmo(["vocab", str(data / "ptb.train.txt"), "-o", str(vocab)])
+    records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    lr = records[-1]["next_lr"] if records else 1.0
+    best = min((r["valid"]["forward"] for r in records), default=float("inf"))
+    per_epoch = args.steps_per_epoch or count_targets([str(data / "ptb.train.txt")]) // (20 * 35)
+    started = time.time() - (records[-1]["wall_s"] if records else 0.0)
+    for epoch in range(len(records) + 1, args.epochs + 1):
+        train(TrainSettings(
+            out=str(out), train=[str(data / "ptb.train.txt")], vocab=str(vocab), options=KIM_SMALL, seed=args.seed,
+            optimizer="sgd", lr=lr, clip_norm=5.0, dropout=0.5, batch_size=20, unroll_steps=35, sampled=False,
+            max_steps=epoch * per_epoch, threads=args.threads, checkpoint_every=per_epoch, log_every=50,
+            resume=latest_checkpoint(out) is not None))
+        valid = score(out, data / "ptb.valid.txt", args.eval_lines)
+        next_lr = lr / 2 if valid["forward"] > best - 1.0 else lr
+        best = min(best, valid["forward"])
+        record = {"epoch": epoch, "step": epoch * per_epoch, "lr": lr, "next_lr": next_lr, "valid": valid,
+                  "wall_s": round(time.time() - started, 1)}
+        if epoch == args.epochs:
+            record["test"] = score(out, data / "ptb.test.txt", args.eval_lines)
+        with log.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        print(json.dumps(record), flush=True)
+        lr = next_lr
+
+
+if __name__ == "__main__":
+    main()
