@@ -103,7 +103,7 @@ def run_train(args: argparse.Namespace) -> int:
              "keep_checkpoints", "log_every", "threads", "device", "bf16", "resume", "progress"]
     settings = TrainSettings(out=args.out, options=options, **{n: getattr(args, n) for n in names})
     summary = train(settings)
-    if summary.get("checkpoint"):
+    if "step" in summary and summary.get("checkpoint"):
         print(f"step {summary['step']}: loss {summary['loss']:.4f}, ppl {summary['ppl']:.2f}; checkpoint {summary['checkpoint']}",
               file=sys.stderr)
     return 0

@@ -42,10 +42,9 @@ class Softmax(nn.Module):
         """Per-row loss over [true class, sampled classes] logits, log-Q corrected, accidental hits removed."""
         true_logit = (h * self.W[targets]).sum(-1).float() + self.b[targets] - sample.log_expected(targets)
         sampled_logits = F.linear(h, self.W[sample.ids], self.b[sample.ids]).float() - sample.log_expected_ids
-        hits = targets.unsqueeze(1) == sample.ids.unsqueeze(0)
-        sampled_logits = sampled_logits.masked_fill(hits, float("-inf"))
-        logits = torch.cat([true_logit.unsqueeze(1), sampled_logits], dim=1)
-        return torch.logsumexp(logits, dim=1) - true_logit
+        rows, cols = sample.hits(targets)
+        sampled_logits.index_put_((rows, cols), sampled_logits.new_tensor(float("-inf")))
+        return torch.logaddexp(torch.logsumexp(sampled_logits, dim=1), true_logit) - true_logit
 
 
 class Sample:
@@ -54,6 +53,13 @@ class Sample:
     def __init__(self, ids: torch.Tensor, num_tries: int, vocab_size: int):
         self.ids, self.num_tries, self.vocab_size = ids, num_tries, vocab_size
         self.log_expected_ids = self.log_expected(ids)
+
+    def hits(self, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(row, column) of every sampled id equal to its row's target, found by binary search."""
+        ordered, order = self.ids.sort()
+        pos = torch.searchsorted(ordered, targets).clamp_(max=len(ordered) - 1)
+        rows = torch.nonzero(ordered[pos] == targets).squeeze(1)
+        return rows, order[pos[rows]]
 
     def log_expected(self, ids: torch.Tensor) -> torch.Tensor:
         """log of the expected count of each id in the sample: num_tries draws, rejections included."""

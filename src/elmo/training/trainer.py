@@ -169,14 +169,15 @@ def _total_steps(options: dict, run: dict, files: list[str], world: int) -> int:
     return max(1, int(options["n_epochs"] * max(1, options["n_train_tokens"] // per_step)))
 
 
-def _build_model(options: dict, vocab: Vocab, run: dict, rank: int) -> tuple[LanguageModel, torch.Generator]:
+def _build_model(options: dict, vocab: Vocab, run: dict, rank: int, init: bool = True) -> tuple[LanguageModel, torch.Generator]:
+    """The LM with fresh weights, or `--init-from`'s when `init` (a resumed run loads its checkpoint instead)."""
     config = BiLMConfig.from_options(options)
     generator = torch.Generator().manual_seed(run["seed"] * 7919 + 17 + rank)
     sampler = None
     if options["sample_softmax"] and options["n_negative_samples_batch"] < len(vocab):
         sampler = LogUniformSampler(len(vocab), options["n_negative_samples_batch"], generator)
     model = LanguageModel(config, len(vocab), dropout=options["dropout"], sampler=sampler)
-    if run.get("init_from"):
+    if init and run.get("init_from"):
         files = ModelFiles.from_dir(run["init_from"])
         state = load_bilm(files.options_file, files.weight_file).state_dict()
         table = state["char_encoder.char_embed"]
@@ -268,7 +269,7 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
         check_frequency_order(vocab, head_counts(files), where=f"the first 200,000 tokens of {files[0]}")
 
     torch.manual_seed(run["seed"])
-    model, generator = _build_model(options, vocab, run, rank)
+    model, generator = _build_model(options, vocab, run, rank, init=checkpoint is None)
     model.to(device)
     optimizer = _make_optimizer(model, options, run)
     rows, unroll = options["batch_size"], options["unroll_steps"]
