@@ -2,8 +2,8 @@
 export to the original model files, and held-out perplexity.
 
 Modules: vocab (build/load the vocabulary), data (corpus streams and batches), softmax (full and
-sampled), model (the two LMs sharing the char CNN and softmax), presets, checkpoint, trainer,
-export, perplexity.
+sampled), model (the two LMs sharing the char CNN and softmax), presets, settings (a run's options and
+run.json), checkpoint, distributed, trainer (the loop), export, perplexity.
 """
 
 from ..errors import ElmoError

@@ -1,0 +1,139 @@
+"""What a run is asked for and what it keeps: `TrainSettings`, and the options.json + run.json of a
+run directory, resolved from the flags, the options' training keys and bilm-tf's defaults."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InputError
+from ..models import OPTIONS_NAME, VOCAB_NAME, ModelFiles
+from ..options import BiLMConfig, read_options
+from .data import CHUNK_LINES, count_targets
+from .vocab import Vocab
+
+RUN_FILE, METRICS_FILE = "run.json", "metrics.jsonl"
+# Our setting name -> bilm-tf's options.json key, and the original recipe's value.
+OPTION_KEYS = {
+    "batch_size": ("batch_size", 128),
+    "unroll_steps": ("unroll_steps", 20),
+    "dropout": ("dropout", 0.1),
+    "clip_norm": ("all_clip_norm_val", 10.0),
+    "sampled": ("sample_softmax", True),
+    "negatives": ("n_negative_samples_batch", 8192),
+    "epochs": ("n_epochs", 10),
+}
+LR_DEFAULTS = {"adagrad": 0.2, "adam": 0.001, "sgd": 1.0}
+RUN_KEYS = {"optimizer": "adagrad", "batching": "stream", "seed": 0}  # kept in run.json
+# How often to save and log (bilm-tf: every 1250 batches, 2 kept); a resumed run keeps its own unless told.
+CONTROL_DEFAULTS = {"checkpoint_every": 1250, "checkpoint_minutes": 30.0, "keep_checkpoints": 2, "log_every": 10}
+CAN_CHANGE_ON_RESUME = ("max_steps", "epochs", "lr")  # a new --lr applies from the resumed step on
+
+
+@dataclass
+class TrainSettings:
+    """What `elmo train` was asked for; None means "the options' value, else the original recipe's"."""
+
+    out: str
+    train: list[str] | None = None
+    vocab: str | None = None
+    options: dict | None = None
+    init_from: str | None = None
+    batch_size: int | None = None
+    unroll_steps: int | None = None
+    dropout: float | None = None
+    clip_norm: float | None = None
+    lr: float | None = None
+    optimizer: str | None = None
+    sampled: bool | None = None
+    negatives: int | None = None
+    batching: str | None = None
+    seed: int | None = None
+    max_steps: int | None = None
+    epochs: float | None = None
+    checkpoint_every: int | None = None
+    checkpoint_minutes: float | None = None
+    keep_checkpoints: int | None = None
+    log_every: int | None = None
+    threads: int | None = None
+    device: str | None = None
+    bf16: bool = False
+    resume: bool = False
+    progress: bool = True
+    chunk_lines: int = CHUNK_LINES
+
+
+def check(ok: bool, message: str) -> None:
+    if not ok:
+        raise InputError(message)
+
+
+def validate(options: dict, run: dict) -> None:
+    check(isinstance(options["batch_size"], int) and options["batch_size"] > 0, f"--batch-size must be a positive integer, found {options['batch_size']!r}")
+    check(isinstance(options["unroll_steps"], int) and options["unroll_steps"] > 0, f"--unroll-steps must be a positive integer, found {options['unroll_steps']!r}")
+    check(0.0 <= options["dropout"] < 1.0, f"--dropout must be in [0, 1), found {options['dropout']!r}")
+    check(options["all_clip_norm_val"] > 0, f"--clip-norm must be positive, found {options['all_clip_norm_val']!r}")
+    check(options["learning_rate"] > 0, f"--lr must be positive, found {options['learning_rate']!r}")
+    check(isinstance(options["n_negative_samples_batch"], int) and options["n_negative_samples_batch"] > 0,
+           f"--negatives must be a positive integer, found {options['n_negative_samples_batch']!r}")
+    check(run["optimizer"] in LR_DEFAULTS, f"--optimizer must be one of {', '.join(LR_DEFAULTS)}, found {run['optimizer']!r}")
+    check(run["batching"] in ("stream", "sentence"), f"--batching must be stream or sentence, found {run['batching']!r}")
+
+
+def fresh_run(s: TrainSettings) -> tuple[dict, dict, Vocab]:
+    """Options (architecture + training keys) and run.json contents for a new run."""
+    check(bool(s.train), "--train is required (a file or glob of tokenized text, one sentence per line)")
+    check(s.vocab is not None, "--vocab is required (make one with `elmo vocab`)")
+    if s.init_from is not None:
+        check(s.options is None, "--init-from takes the architecture from MODEL_DIR/options.json; drop --options/--preset")
+        options = read_options(ModelFiles.from_dir(s.init_from).options_file).to_options()
+    else:
+        check(s.options is not None, "give the architecture: --preset NAME, --options options.json or --init-from MODEL_DIR")
+        options = copy.deepcopy(s.options)
+    BiLMConfig.from_options(options, source="the model options")  # fail early on a broken architecture
+    options["char_cnn"]["n_characters"] = 261  # the training-time table (doc 3.3)
+    for name, (key, default) in OPTION_KEYS.items():
+        value = getattr(s, name)
+        options[key] = value if value is not None else options.get(key, default)
+    run = {name: getattr(s, name) if getattr(s, name) is not None else default for name, default in RUN_KEYS.items()}
+    options["learning_rate"] = s.lr if s.lr is not None else options.get("learning_rate", LR_DEFAULTS.get(run["optimizer"], 0.2))
+    options["bidirectional"] = True
+    vocab = Vocab.load(s.vocab)
+    options["n_tokens_vocab"] = len(vocab)
+    run.update(train=list(s.train), init_from=s.init_from, chunk_lines=s.chunk_lines, max_steps=s.max_steps)
+    validate(options, run)
+    return options, run, vocab
+
+
+def resumed_run(s: TrainSettings, out: Path) -> tuple[dict, dict, Vocab]:
+    """The stored settings; a flag that would change the computation is refused, not silently ignored."""
+    check((out / RUN_FILE).is_file(), f"{out}: --resume needs a run directory made by `elmo train` ({RUN_FILE} is missing)")
+    run = json.loads((out / RUN_FILE).read_text(encoding="utf-8"))
+    options = read_options(out / OPTIONS_NAME).to_options()
+    stored = {name: options.get(key) for name, (key, _) in OPTION_KEYS.items()}
+    stored.update({name: run.get(name) for name in RUN_KEYS}, lr=options.get("learning_rate"), train=run.get("train"))
+    for name, old in stored.items():
+        new = getattr(s, name)
+        if new is not None and name not in CAN_CHANGE_ON_RESUME and new != old:
+            flag = "--" + name.replace("_", "-")
+            raise InputError(f"{flag} {new}: the run in {out} was started with {old}; a resumed run keeps its settings")
+    if s.epochs is not None:
+        options["n_epochs"], run["max_steps"] = s.epochs, None
+    if s.max_steps is not None:
+        run["max_steps"] = s.max_steps
+    return options, run, Vocab.load(out / VOCAB_NAME)
+
+
+def total_steps(options: dict, run: dict, files: list[str], world: int) -> int:
+    """--max-steps, else bilm-tf's n_epochs * int(n_train_tokens / (batch * unroll * devices))."""
+    if run.get("max_steps"):
+        return int(run["max_steps"])
+    if not options.get("n_train_tokens"):
+        print(f"counting the corpus' tokens to turn {options['n_epochs']} epochs into steps "
+              "(give --max-steps, or n_train_tokens in the options, to skip this)", file=sys.stderr)
+        options["n_train_tokens"] = count_targets(files)
+    per_step = options["batch_size"] * options["unroll_steps"] * world
+    return max(1, int(options["n_epochs"] * max(1, options["n_train_tokens"] // per_step)))
