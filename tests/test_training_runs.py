@@ -139,6 +139,15 @@ def test_sigkill_and_resume_equals_uninterrupted(tmp_path, fixture_run):
                        for i, r in enumerate(json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines())]
 
 
+def test_max_minutes_stops_with_a_checkpoint_and_resume_continues(tmp_path, fixture_run):
+    _, _, flags = fixture_run
+    run = tmp_path / "timed"
+    assert cli_main(["train", *flags, "--max-steps", "30", "--max-minutes", "0", "--out", str(run)]) == 0
+    assert [step for step, _ in list_checkpoints(run)] == [1]  # out of time after the first update, saved
+    assert cli_main(["train", "--out", str(run), "--resume", "--threads", "1", "--no-progress"]) == 0
+    assert load_checkpoint(latest_checkpoint(run))["step"] == 30
+
+
 def test_train_export_embed_round_trip(tmp_path, fixture_run):
     data, _, flags = fixture_run
     run, model_dir = tmp_path / "run", tmp_path / "model"

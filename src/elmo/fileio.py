@@ -28,11 +28,18 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[str]:
     os.close(fd)
     try:
         yield tmp
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file a normal mode
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def open_text(path: str | os.PathLike) -> io.TextIOBase:

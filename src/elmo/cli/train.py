@@ -45,6 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batching", choices=["stream", "sentence"], help="stream (bilm-tf, default) or one sentence per row")
     p.add_argument("--max-steps", type=int, help="stop after this many updates (default: from --epochs)")
     p.add_argument("--epochs", type=float, help="passes over the corpus' token count (default 10)")
+    p.add_argument("--max-minutes", type=float,
+                   help="stop cleanly, with a checkpoint, after this much wall time in this invocation (resume later)")
     p.add_argument("--seed", type=int, help="default 0")
     p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (default 1250)")
     p.add_argument("--checkpoint-minutes", type=float, help="also checkpoint this often (default 30)")
@@ -99,7 +101,7 @@ def run_train(args: argparse.Namespace) -> int:
     elif args.options:
         options = read_options(args.options).to_options()
     names = ["train", "vocab", "init_from", "batch_size", "unroll_steps", "dropout", "clip_norm", "lr", "optimizer",
-             "sampled", "negatives", "batching", "seed", "max_steps", "epochs", "checkpoint_every", "checkpoint_minutes",
+             "sampled", "negatives", "batching", "seed", "max_steps", "max_minutes", "epochs", "checkpoint_every", "checkpoint_minutes",
              "keep_checkpoints", "log_every", "threads", "device", "bf16", "resume", "progress"]
     settings = TrainSettings(out=args.out, options=options, **{n: getattr(args, n) for n in names})
     summary = train(settings)

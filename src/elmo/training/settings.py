@@ -53,6 +53,7 @@ class TrainSettings:
     batching: str | None = None
     seed: int | None = None
     max_steps: int | None = None
+    max_minutes: float | None = None  # this invocation only; not stored with the run
     epochs: float | None = None
     checkpoint_every: int | None = None
     checkpoint_minutes: float | None = None

@@ -210,10 +210,15 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
             with autocast:
                 nll_f, nll_b, new_states = trained(batch, states, streaming)
             loss_f, loss_b = nll_f.mean(), nll_b.mean()
-            due = rank == 0 and time.time() - last_save >= 60.0 * control["checkpoint_minutes"]
+            now = time.time()
+            due = rank == 0 and now - last_save >= 60.0 * control["checkpoint_minutes"]
+            out_of_time = rank == 0 and s.max_minutes is not None and now - start >= 60.0 * s.max_minutes
+            # Rank 0's clock decides for everyone, so all ranks save and stop at the same step.
             stats = distributed.all_sum(torch.stack([loss_f.detach().float(), loss_b.detach().float(),
-                                                     torch.tensor(float(due), device=device)]))
+                                                     torch.tensor(float(due), device=device),
+                                                     torch.tensor(float(out_of_time), device=device)]))
             mean_f, mean_b = (stats[:2] / world).tolist()
+            stop = stats[3].item() > 0
             if not (math.isfinite(mean_f) and math.isfinite(mean_b)):
                 raise TrainingError(_nan_message(step + 1, mean_f, mean_b, last_path))
             # bilm-tf differentiates unroll_steps * the mean loss: the sum over time of the batch mean.
@@ -231,7 +236,7 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
             window["loss_b"] += mean_b
             window["steps"] += 1
             window["tokens"] += n
-            if step % control["log_every"] == 0 or step == max_steps:
+            if step % control["log_every"] == 0 or step == max_steps or stop:
                 now = time.time()
                 record = _record(step, tokens, window, now - last_log, elapsed_before + now - start, float(norm),
                                  optimizer.param_groups[0]["lr"])
@@ -245,9 +250,11 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
                     bar.set_postfix_str(f"{record['tok_s']:,.0f} tok/s, loss {record['loss']:.3f}, ppl {record['ppl']:.1f}", refresh=False)
             if bar is not None:
                 bar.update(1)
-            if step % control["checkpoint_every"] == 0 or step == max_steps or stats[2].item() > 0:
+            if step % control["checkpoint_every"] == 0 or step == max_steps or stats[2].item() > 0 or stop:
                 last_path = save(step) or last_path
                 last_save = time.time()
+            if stop:
+                break
     summary.update(max_steps=max_steps, checkpoint=str(last_path) if last_path else None, run_dir=str(out))
     return summary
 
