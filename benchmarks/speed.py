@@ -1,0 +1,283 @@
+"""Embedding and training throughput, ours beside AllenNLP 2.10.1, measured in one run.
+
+    python benchmarks/speed.py --peer-python /path/to/allennlp-venv/bin/python
+
+Same weights (random, fixed seed, written in the original HDF5 format) and the same sentences (the
+first 1,000 lines of ../shared/data/wiki_corpus/valid.txt) for both. Every measurement runs in its
+own subprocess, so peak RSS is per measurement; times are medians of several passes after a
+warm-up. Prints a table and writes benchmarks/results/speed-<device>.json. See docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+SENTENCES = REPO.parent / "shared" / "data" / "wiki_corpus" / "valid.txt"
+
+ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
+SHAPES = {
+    "original": {"dim": 4096, "projection_dim": 512, "n_highway": 2, "filters": ORIGINAL_FILTERS},
+    "small": {"dim": 1024, "projection_dim": 128, "n_highway": 1, "filters": ORIGINAL_FILTERS},
+}
+
+
+def options_for(shape: str) -> dict:
+    s = SHAPES[shape]
+    return {
+        "lstm": {"dim": s["dim"], "projection_dim": s["projection_dim"], "n_layers": 2, "cell_clip": 3,
+                 "proj_clip": 3, "use_skip_connections": True},
+        "char_cnn": {"embedding": {"dim": 16}, "filters": s["filters"], "n_highway": s["n_highway"],
+                     "activation": "relu", "n_characters": 262, "max_characters_per_token": 50},
+    }
+
+
+def forward_flops_per_token(options: dict) -> float:
+    """Multiply-adds x 2 of one token through the char CNN, highways, projection and both LSTM stacks."""
+    cnn, lstm = options["char_cnn"], options["lstm"]
+    d, n_filters = cnn["embedding"]["dim"], sum(n for _, n in cnn["filters"])
+    macs = sum((50 - w + 1) * w * d * n for w, n in cnn["filters"])
+    macs += cnn.get("n_highway", 0) * 2 * n_filters * n_filters
+    P, H = lstm["projection_dim"], lstm["dim"]
+    if n_filters != P:
+        macs += n_filters * P
+    per_layer = 2 * P * 4 * H + (H * P if H != P else 0)
+    macs += 2 * lstm["n_layers"] * per_layer
+    return 2.0 * macs
+
+
+def gemm_flops(threads: int, m: int = 2048, k: int = 2048, n: int = 2048, passes: int = 5) -> float:
+    """Measured fp32 GEMM FLOP/s at this thread count: the machine's practical limit."""
+    torch.set_num_threads(threads)
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    torch.mm(a, b)
+    times = []
+    for _ in range(passes):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        times.append(time.perf_counter() - start)
+    return 2.0 * m * k * n / statistics.median(times)
+
+
+# ---- workers (each in its own process) --------------------------------------------------------
+
+def worker_embed(args) -> dict:
+    from elmo import Embedder
+
+    torch.set_num_threads(args.threads)
+    sentences = [line.split() for line in open(args.sentences, encoding="utf-8")]
+    if args.order == "sorted":
+        sentences.sort(key=len, reverse=True)
+    embedder = Embedder.from_files(args.options, args.weights, device=args.device, batch_size=64)
+
+    def run_all():
+        for _ in embedder.embed_sentences(sentences, layers="all", batch_size=64):
+            pass
+
+    run_all()
+    times = []
+    for _ in range(args.passes):
+        start = time.perf_counter()
+        run_all()
+        times.append(time.perf_counter() - start)
+    if args.dump:
+        first = [line.split() for line in open(args.sentences, encoding="utf-8")][: args.dump_sentences]
+        np.savez(args.dump, **{str(i): a for i, a in enumerate(embedder.embed_batch(first))})
+    tokens = sum(len(s) for s in sentences)
+    return {"impl": "elmo", "order": args.order, "threads": args.threads, "tokens": tokens,
+            "seconds": statistics.median(times), "tokens_per_s": tokens / statistics.median(times), "passes": times}
+
+
+def worker_train(args) -> dict:
+    """Forward + backward + Adagrad step with sampled softmax on 128 x 20 token windows (bilm-tf batching)."""
+    from elmo.options import BiLMConfig
+    from elmo.training.data import SentenceSource, StreamBatcher
+    from elmo.training.model import LanguageModel, detach_states
+    from elmo.training.softmax import LogUniformSampler
+    from elmo.training.vocab import Vocab
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    options = json.loads(Path(args.options).read_text())
+    vocab = Vocab.load(args.vocab)
+    sampler = LogUniformSampler(len(vocab), args.negatives, torch.Generator().manual_seed(0))
+    model = LanguageModel(BiLMConfig.from_options(options), len(vocab), dropout=0.1, sampler=sampler).train()
+    optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
+    batcher = StreamBatcher(SentenceSource([args.sentences], seed=0), vocab, 128, 20)
+    states = None
+
+    def step():
+        nonlocal states
+        batch = batcher.next_batch()
+        loss_f, loss_b, new_states = model(batch, states, True)
+        (0.5 * (loss_f.mean() + loss_b.mean()) * 20).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        states = detach_states(new_states)
+        return batch.n_tokens
+
+    step()
+    times, tokens = [], 0
+    for _ in range(args.passes):
+        start = time.perf_counter()
+        tokens = step()
+        times.append(time.perf_counter() - start)
+    return {"impl": "elmo", "threads": args.threads, "tokens_per_step": tokens, "vocab": len(vocab),
+            "negatives": args.negatives, "seconds_per_step": statistics.median(times),
+            "tokens_per_s": tokens / statistics.median(times), "passes": times}
+
+
+def train_flops_per_token(options: dict, negatives: int) -> float:
+    """Forward FLOPs plus both directions' sampled-softmax logits, times 3 for forward + backward."""
+    P = options["lstm"]["projection_dim"]
+    return 3.0 * (forward_flops_per_token(options) + 2 * 2 * P * (negatives + 1))
+
+
+def run_worker(argv: list[str]) -> None:
+    p = argparse.ArgumentParser(prog="speed.py worker")
+    p.add_argument("kind", choices=["embed", "train"])
+    p.add_argument("--options", required=True)
+    p.add_argument("--weights")
+    p.add_argument("--vocab")
+    p.add_argument("--negatives", type=int, default=8192)
+    p.add_argument("--sentences", required=True)
+    p.add_argument("--threads", type=int, required=True)
+    p.add_argument("--order", choices=["file", "sorted"], default="file")
+    p.add_argument("--passes", type=int, default=3)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dump")
+    p.add_argument("--dump-sentences", type=int, default=64)
+    args = p.parse_args(argv)
+    result = {"embed": worker_embed, "train": worker_train}[args.kind](args)
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(result))
+
+
+# ---- orchestration ----------------------------------------------------------------------------
+
+def run_json(cmd: list[str]) -> dict:
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    if out.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def max_diff(a_path: str, b_path: str) -> float:
+    a, b = np.load(a_path), np.load(b_path)
+    return max(float(np.abs(a[k] - b[k]).max()) if a[k].size else 0.0 for k in a.files)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "worker":
+        run_worker(sys.argv[2:])
+        return
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--peer-python", help="python of the AllenNLP peer venv (../shared/tools/allennlp-peer-venv.sh DIR)")
+    p.add_argument("--shapes", default="small,original", help="embedding shapes to time")
+    p.add_argument("--train-shapes", default="tiny,small", help="presets whose training step is timed ('' for none)")
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--sentences", type=int, default=1000)
+    p.add_argument("--passes", type=int, default=3)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out", default=None, help="JSON results file (default benchmarks/results/speed-<device>.json)")
+    args = p.parse_args()
+
+    from elmo import save_bilm
+    from elmo.bilm import BiLM
+    from elmo.options import BiLMConfig
+    from elmo.training.presets import preset_options
+    from elmo.training.vocab import build_vocab, count_tokens, write_vocab
+
+    if not SENTENCES.exists():
+        sys.exit(f"needs {SENTENCES}")
+    work = Path(tempfile.mkdtemp(prefix="elmo-speed-"))
+    sentence_file = work / "sentences.txt"
+    lines = SENTENCES.read_text(encoding="utf-8").splitlines()[: args.sentences]
+    sentence_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    n_tokens = sum(len(line.split()) for line in lines)
+    threads = [int(t) for t in args.threads.split(",")]
+    me = [sys.executable, str(HERE / "speed.py"), "worker"]
+    results = {"machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(),
+                           "torch": torch.__version__, "device": args.device},
+               "sentences": len(lines), "tokens": n_tokens, "gemm_flops": {t: gemm_flops(t) for t in threads},
+               "embedding": [], "training": []}
+    for t in threads:
+        print(f"fp32 GEMM, {t} thread(s): {results['gemm_flops'][t] / 1e9:.0f} GFLOP/s", flush=True)
+
+    for shape in [s for s in args.shapes.split(",") if s]:
+        torch.manual_seed(0)
+        options = options_for(shape)
+        model_dir = work / shape
+        model_dir.mkdir()
+        save_bilm(BiLM(BiLMConfig.from_options(options)), model_dir / "options.json", model_dir / "weights.hdf5")
+        flops = forward_flops_per_token(options)
+        for t in threads:
+            for order in ("file", "sorted"):
+                common = ["--options", str(model_dir / "options.json"), "--weights", str(model_dir / "weights.hdf5"),
+                          "--sentences", str(sentence_file), "--threads", str(t), "--order", order,
+                          "--passes", str(args.passes)]
+                ours_dump, peer_dump = str(work / f"{shape}-ours.npz"), str(work / f"{shape}-peer.npz")
+                ours = run_json(me + ["embed", "--device", args.device, "--dump", ours_dump] + common)
+                ours["fraction_of_gemm_limit"] = ours["tokens_per_s"] * flops / results["gemm_flops"][t]
+                row = {"shape": shape, "threads": t, "order": order, "flops_per_token": flops, "ours": ours}
+                if args.peer_python:
+                    peer = run_json([args.peer_python, str(HERE / "allennlp_worker.py"), "--dump", peer_dump] + common)
+                    peer["fraction_of_gemm_limit"] = peer["tokens_per_s"] * flops / results["gemm_flops"][t]
+                    row.update(allennlp=peer, speedup=ours["tokens_per_s"] / peer["tokens_per_s"],
+                               max_abs_diff=max_diff(ours_dump, peer_dump))
+                results["embedding"].append(row)
+                print_embedding_row(row)
+
+    if args.train_shapes:
+        corpus = [str(SENTENCES), str(SENTENCES.with_name("test.txt"))]
+        vocab_file = work / "vocab.txt"
+        write_vocab(build_vocab(count_tokens(corpus), 1, None), vocab_file)
+        for shape in args.train_shapes.split(","):
+            options = preset_options(shape)
+            options_file = work / f"train-{shape}.json"
+            options_file.write_text(json.dumps(options))
+            flops = train_flops_per_token(options, 8192)
+            for t in threads:
+                got = run_json(me + ["train", "--options", str(options_file), "--vocab", str(vocab_file),
+                                     "--sentences", str(sentence_file), "--threads", str(t), "--passes",
+                                     str(args.passes), "--negatives", "8192"])
+                got["fraction_of_gemm_limit"] = got["tokens_per_s"] * flops / results["gemm_flops"][t]
+                row = {"shape": shape, "threads": t, "flops_per_token": flops, "ours": got}
+                results["training"].append(row)
+                print(f"train {shape:8s} threads={t} {got['tokens_per_s']:8.0f} tok/s "
+                      f"({got['fraction_of_gemm_limit']:.0%} of GEMM limit, {got['peak_rss_mb']:.0f} MB)", flush=True)
+
+    out = Path(args.out) if args.out else HERE / "results" / f"speed-{args.device.split(':')[0]}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+def print_embedding_row(row: dict) -> None:
+    ours = row["ours"]
+    text = (f"embed {row['shape']:8s} threads={row['threads']} {row['order']:6s} ours {ours['tokens_per_s']:7.0f} tok/s "
+            f"({ours['fraction_of_gemm_limit']:.0%} of GEMM limit, {ours['peak_rss_mb']:.0f} MB)")
+    if "allennlp" in row:
+        peer = row["allennlp"]
+        text += (f" | AllenNLP {peer['tokens_per_s']:7.0f} tok/s ({peer['peak_rss_mb']:.0f} MB) | x{row['speedup']:.2f}"
+                 f" | max|diff| {row['max_abs_diff']:.1e}")
+    print(text, flush=True)
+
+
+if __name__ == "__main__":
+    main()
