@@ -78,8 +78,8 @@ class OutputSpec:
         if self.compression is not None:
             group.create_dataset(key, data=data, compression=self.compression)
             return
-        # h5py's low-level calls: the high-level create_dataset costs ~3x more per dataset, which is
-        # the bottleneck on a GPU, where one dataset per line is written at thousands of lines/s.
+        # h5py's low-level calls: the high-level create_dataset costs about twice as much per dataset
+        # (0.4 vs 0.25 ms here), and a corpus has one dataset per line.
         space = h5py.h5s.create_simple(data.shape)
         dset = h5py.h5d.create(group.id, key.encode(), h5py.h5t.py_create(data.dtype), space, dcpl=_untimed(),
                                lcpl=link_plist())

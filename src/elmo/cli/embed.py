@@ -17,7 +17,7 @@ from ..models import resolve_model
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("embed", help="embed a tokenized text file (one sentence per line) into HDF5",
                        description="Embed a UTF-8 file, one whitespace-tokenized sentence per line, into HDF5 "
-                       "in the layout of AllenNLP's former `allennlp elmo` command. Under `torchrun "
+                       "in the layout of AllenNLP's former `allennlp elmo` command. Under `torchrun --no-python "
                        "--nproc_per_node=N elmo embed ...` the lines are split between the N processes and "
                        "rank 0 joins the parts; `--resume` continues a run that was killed.")
     p.add_argument("input", help="UTF-8 text, one whitespace-tokenized sentence per line (.gz is read too)")
