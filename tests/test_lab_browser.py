@@ -184,7 +184,7 @@ def test_every_panel_shows_model_numbers(server, page):
     words = tokenize(page.locator("#p6-sentence").input_value())
     with torch.no_grad():
         h = bilm(batch_to_ids([words])).layers[-1][0, 0, :half].numpy()
-    head = LMHead.from_files(vocab, softmax)
+    head = LMHead.from_files(vocab, softmax, bilm.config.projection_dim)
     best = head.predict(h[None], [words[0]])[0]["top"][0]
     assert page.locator("#p6-first").inner_text() == f"{best['word']} {best['p']:.3f}"
 

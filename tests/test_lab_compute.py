@@ -95,11 +95,11 @@ def test_lm_head_is_a_full_softmax(tmp_path):
     assert out[0]["top"][0]["p"] == pytest.approx(p[0].max(), abs=1e-5)
     assert out[0]["target_p"] == pytest.approx(p[0, head.index["the"]], abs=1e-6)
     assert out[1]["in_vocab"] is False and out[1]["target_p"] == pytest.approx(p[1, head.index["<UNK>"]], abs=1e-6)
-    with pytest.raises(ModelFileError, match="LSTM outputs have 32"):
+    with pytest.raises(ModelFileError, match=r"expected \(\d+, 32\)"):
         LMHead.from_files(vocab, softmax, projection_dim=32)
-    (tmp_path / "short.txt").write_text("a\nb\n")
-    with pytest.raises(ModelFileError, match="do not match a vocabulary of 2"):
-        LMHead.from_files(tmp_path / "short.txt", softmax)
+    (tmp_path / "short.txt").write_text("<S>\n</S>\n<UNK>\n")
+    with pytest.raises(ModelFileError, match=r"expected \(3, 16\) and \(3,\) for this vocabulary"):
+        LMHead.from_files(tmp_path / "short.txt", softmax, projection_dim=16)
 
 
 def test_presets_from_the_shapes_task_code_writes(tmp_path):

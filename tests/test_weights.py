@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from elmo import ModelFileError, batch_to_ids, load_bilm, read_options, save_bilm
-from elmo.bilm import BiLM
 from elmo.weights import dataset_map
 
 SENTENCES = [["The", "cat", "sat", "."], ["Hello", "world"], []]

@@ -12,7 +12,7 @@ from .scalar_mix import ScalarMix
 from .weights import load_bilm, save_bilm
 
 __all__ = [
-    "BiLM", "BiLMOutput", "BiLMConfig", "CharEncoder", "Elmo", "ElmoError", "Embedder", "InputError", "LstmLayer",
+    "BiLM", "BiLMOutput", "BiLMConfig", "CharEncoder", "Elmo", "ElmoEmbedder", "ElmoError", "Embedder", "InputError", "LstmLayer",
     "LstmStack", "ModelFileError", "ModelFiles", "ScalarMix", "add_sentence_boundaries", "batch_to_ids", "load_bilm",
     "read_options", "remove_sentence_boundaries", "resolve_model", "save_bilm",
 ]

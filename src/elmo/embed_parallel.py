@@ -25,7 +25,6 @@ from datetime import timedelta
 from typing import Callable, TypeVar
 
 import h5py
-import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
@@ -33,6 +32,7 @@ from .embed_file import OutputSpec, check_output, check_sentence_key, link_plist
 from .embedder import Embedder
 from .errors import ElmoError, InputError
 from .fileio import atomic_path, iter_lines
+from .weights import model_fingerprint
 
 PART_ATTR = "elmo_part"
 PART_FORMAT = 1
@@ -119,16 +119,6 @@ def part_name(start: int, end: int) -> str:
 
 def parts_dir_of(output_file: str) -> str:
     return output_file + ".parts"
-
-
-def model_fingerprint(bilm: torch.nn.Module) -> str:
-    """sha256 of the architecture and every weight: the same model gives the same hash wherever it was loaded from."""
-    h = hashlib.sha256(repr(bilm.config).encode())
-    for name, tensor in sorted(bilm.state_dict().items()):
-        array = tensor.detach().cpu().contiguous().numpy()
-        h.update(f"{name}:{array.dtype}:{array.shape}".encode())
-        h.update(memoryview(array.reshape(-1)).cast("B"))
-    return h.hexdigest()
 
 
 def scan_input(path: str, part_lines: int, use_sentence_keys: bool) -> tuple[dict, list[tuple[int, int]], list[int]]:

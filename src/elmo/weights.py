@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 import h5py
@@ -124,3 +125,14 @@ def save_bilm(bilm: BiLM, options_file: str | os.PathLike, weight_file: str | os
     """Write options.json + weights.hdf5 so that `load_bilm` gives back identical outputs."""
     write_options(bilm.config, options_file)
     save_weights(bilm, weight_file)
+
+
+def model_fingerprint(bilm: BiLM) -> str:
+    """sha256 of the architecture and every weight: the same model gives the same hash wherever it was
+    loaded from, so caches and part files can tell whether they were made by this model."""
+    h = hashlib.sha256(repr(bilm.config).encode())
+    for name, tensor in sorted(bilm.state_dict().items()):
+        array = tensor.detach().cpu().contiguous().numpy()
+        h.update(f"{name}:{array.dtype}:{array.shape}".encode())
+        h.update(memoryview(array.reshape(-1)).cast("B"))
+    return h.hexdigest()

@@ -20,6 +20,7 @@ import torch
 
 from ..bilm import BiLM
 from ..embedder import Embedder
+from ..weights import model_fingerprint
 from . import corpora
 from .examples import EXAMPLE_SENTENCES
 from .trace import char_stages
@@ -125,14 +126,6 @@ class ReferenceSet:
     def load(cls, path: Path) -> "ReferenceSet":
         with np.load(path, allow_pickle=False) as z:
             return cls({name: z[name] for name in cls.ARRAYS})
-
-
-def model_fingerprint(bilm: BiLM) -> str:
-    h = hashlib.sha256()
-    for name, tensor in sorted(bilm.state_dict().items()):
-        h.update(name.encode())
-        h.update(tensor.detach().cpu().numpy().tobytes())
-    return h.hexdigest()
 
 
 def collect_sentences(data: Path | None, spec: ReferenceSpec) -> list[corpora.Sentence]:

@@ -1,0 +1,85 @@
+"""Measure the bundled default model and write its model card's numbers.
+
+    python scripts/evaluate_default_model.py --run RUN_DIR [--model default]
+
+Computes full-softmax forward / backward / average perplexity (bilm-tf's stream mode) on
+wiki_corpus valid.txt and test.txt, on the first SLICE_LINES lines of test.txt (the figure
+tests/test_default_model.py recomputes in CI), and the per-layer sense margins of
+`elmo.tasks.contextuality` on SemCor; reads the training provenance (steps, tokens seen, wall time)
+from RUN_DIR; writes docs/model-card.json, from which docs/model-card.md's tables are rendered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "data"
+WIKI = SHARED / "wiki_corpus"
+SEMCOR = SHARED / "wsd_raganato" / "Training_Corpora" / "SemCor"
+SLICE_LINES = 300
+CARD_JSON = REPO / "docs" / "model-card.json"
+
+
+def slice_file(lines: int) -> Path:
+    """The first `lines` lines of test.txt, as a temporary file (the CI check's input)."""
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="elmo-card-")) / f"test-first-{lines}.txt"
+    with open(WIKI / "test.txt", encoding="utf-8") as f:
+        path.write_text("".join(next(f) for _ in range(lines)), encoding="utf-8")
+    return path
+
+
+def provenance(run_dir: Path) -> dict:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    last = records[-1]
+    return {"steps": last["step"], "tokens_seen_per_direction": last["tokens"],
+            "wall_time_hours": round(last["elapsed_s"] / 3600, 2), "final_train_ppl": round(last["ppl"], 1),
+            "run_settings": json.loads((run_dir / "run.json").read_text())}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="default")
+    p.add_argument("--run", required=True, type=Path, help="the training run directory the model was exported from")
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+
+    from elmo import Embedder
+    from elmo.models import resolve_model
+    from elmo.tasks.contextuality import sense_margins, sense_occurrences
+    from elmo.training.perplexity import load_for_scoring, perplexity
+
+    card: dict = {"model": args.model, "git_commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                                                                     text=True, cwd=REPO).stdout.strip()}
+    files = resolve_model(args.model)
+    card["size_mb"] = {f.name: round(f.stat().st_size / 1e6, 2) for f in sorted(files.options_file.parent.iterdir())}
+    card["options"] = json.loads(files.options_file.read_text())
+    card["training"] = provenance(args.run)
+    lm, vocab = load_for_scoring(args.model)
+    card["vocab_size"] = len(vocab)
+    card["perplexity"] = {}
+    for name, path in (("valid", WIKI / "valid.txt"), ("test", WIKI / "test.txt"),
+                       (f"test_first_{SLICE_LINES}_lines", slice_file(SLICE_LINES))):
+        start = time.time()
+        result = perplexity(lm, vocab, str(path), mode="stream")
+        result["seconds"] = round(time.time() - start, 1)
+        card["perplexity"][name] = result
+        print(name, result, flush=True)
+    occurrences = sense_occurrences(str(SEMCOR / "semcor.data.xml.gz"), str(SEMCOR / "semcor.gold.key.txt.gz"))
+    card["contextuality"] = sense_margins(Embedder.from_model(args.model), occurrences)
+    CARD_JSON.write_text(json.dumps(card, indent=1) + "\n")
+    print(f"wrote {CARD_JSON}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
