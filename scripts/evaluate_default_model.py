@@ -2,7 +2,8 @@
 
     python scripts/evaluate_default_model.py --run RUN_DIR [--model default]
 
-Computes full-softmax forward / backward / average perplexity (bilm-tf's stream mode) on
+Computes full-softmax forward / backward / average perplexity, every sentence from zero state (as
+the stateless embedder runs the model), on
 wiki_corpus valid.txt and test.txt, on the first SLICE_LINES lines of test.txt (the figure
 tests/test_default_model.py recomputes in CI), and the per-layer sense margins of
 `elmo.tasks.contextuality` on SemCor; reads the training provenance (steps, tokens seen, wall time)
@@ -26,6 +27,8 @@ WIKI = SHARED / "wiki_corpus"
 SEMCOR = SHARED / "wsd_raganato" / "Training_Corpora" / "SemCor"
 SLICE_LINES = 300
 CARD_JSON = REPO / "docs" / "model-card.json"
+CARD_MD = REPO / "docs" / "model-card.md"
+BEGIN, END = "<!-- measured: begin -->", "<!-- measured: end -->"
 
 
 def slice_file(lines: int) -> Path:
@@ -71,14 +74,43 @@ def main() -> None:
     for name, path in (("valid", WIKI / "valid.txt"), ("test", WIKI / "test.txt"),
                        (f"test_first_{SLICE_LINES}_lines", slice_file(SLICE_LINES))):
         start = time.time()
-        result = perplexity(lm, vocab, str(path), mode="stream")
+        result = perplexity(lm, vocab, str(path), mode="sentence")
         result["seconds"] = round(time.time() - start, 1)
         card["perplexity"][name] = result
         print(name, result, flush=True)
     occurrences = sense_occurrences(str(SEMCOR / "semcor.data.xml.gz"), str(SEMCOR / "semcor.gold.key.txt.gz"))
     card["contextuality"] = sense_margins(Embedder.from_model(args.model), occurrences)
     CARD_JSON.write_text(json.dumps(card, indent=1) + "\n")
-    print(f"wrote {CARD_JSON}", file=sys.stderr)
+    render_card(json.loads(CARD_JSON.read_text()))
+    print(f"wrote {CARD_JSON} and the measured section of {CARD_MD}", file=sys.stderr)
+
+
+def render_card(card: dict) -> None:
+    """Rewrite the part of docs/model-card.md between the markers from the JSON (numbers never retyped)."""
+    t, ppl, ctx = card["training"], card["perplexity"], card["contextuality"]
+    lines = [BEGIN, "",
+             f"Measured by `python scripts/evaluate_default_model.py --run RUN_DIR` at commit `{card['git_commit'][:10]}`.", "",
+             "| | value |", "| --- | --- |",
+             f"| updates | {t['steps']:,} |",
+             f"| tokens seen (per direction) | {t['tokens_seen_per_direction']:,} |",
+             f"| training wall time | {t['wall_time_hours']} h |",
+             f"| vocabulary (softmax) | {card['vocab_size']:,} |",
+             f"| files | {', '.join(f'{k} {v} MB' for k, v in card['size_mb'].items())} |", "",
+             "Full-softmax perplexity (every sentence from zero state, as the embedder runs it):", "",
+             "| split | tokens | forward | backward | average |", "| --- | ---: | ---: | ---: | ---: |"]
+    for name, r in ppl.items():
+        lines.append(f"| {name.replace('_', ' ')} | {r['tokens']:,} | {r['forward']:.1f} | {r['backward']:.1f} | {r['average']:.1f} |")
+    lines += ["", f"Sense separation on SemCor ({ctx['words']} ambiguous words, the two most frequent senses each; "
+              "margin = mean cosine similarity of same-sense pairs minus that of different-sense pairs):", "",
+              "| layer | mean margin | words with a positive margin |", "| --- | ---: | ---: |"]
+    for layer, r in ctx["layers"].items():
+        lines.append(f"| {layer} | {r['mean_margin']:+.4f} | {r['positive']} of {ctx['words']} |")
+    lines += ["", "Per word (layer 1 / layer 2): " + ", ".join(
+        f"{w} {ctx['layers']['1']['per_word'][w]:+.3f} / {ctx['layers']['2']['per_word'][w]:+.3f}"
+        for w in ctx["layers"]["1"]["per_word"]), "", END]
+    text = CARD_MD.read_text(encoding="utf-8")
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    CARD_MD.write_text(text[:start] + "\n".join(lines) + text[end:], encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ def test_perplexity_on_a_test_slice_matches_the_card(card, tmp_path):
     with open(test, encoding="utf-8") as f:
         part.write_text("".join(next(f) for _ in range(lines)), encoding="utf-8")
     lm, vocab = load_for_scoring("default")
-    got = perplexity(lm, vocab, str(part), mode="stream")
+    got = perplexity(lm, vocab, str(part), mode="sentence")
     expected = card["perplexity"][key]
     assert got["tokens"] == expected["tokens"]
     for direction in ("forward", "backward", "average"):
