@@ -124,3 +124,22 @@ def test_wrong_input_shape_is_refused():
     bilm = BiLM(make_config())
     with pytest.raises(ValueError, match=r"expected character ids of shape \(batch, tokens, 50\)"):
         bilm(torch.zeros(2, 3, 49, dtype=torch.long))
+
+
+def test_token_cache_is_exact_and_follows_weight_changes():
+    torch.manual_seed(5)
+    bilm = BiLM(make_config()).eval()
+    ids = batch_to_ids(SENTENCES)
+    with torch.no_grad():
+        first = bilm(ids).layers[2]
+        assert len(bilm.token_cache._rows) > 0
+        cached = bilm(ids).layers[2]  # every token now comes from the cache
+        torch.testing.assert_close(cached, first, atol=1e-6, rtol=0)
+        bilm.char_encoder.proj_b.add_(1.0)  # a weight change empties the cache
+        changed = bilm(ids).layers[0]
+        fresh = BiLM(make_config()).eval()
+        fresh.load_state_dict(bilm.state_dict())
+        torch.testing.assert_close(changed, fresh(ids).layers[0], atol=1e-6, rtol=0)
+    bilm.token_cache._rows.clear()
+    bilm(ids).layers[0].sum().backward()  # training: no cache, gradients reach the encoder
+    assert len(bilm.token_cache._rows) == 0 and bilm.char_encoder.char_embed.grad is not None

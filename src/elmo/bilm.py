@@ -7,6 +7,7 @@ saved model reloads bit for bit. Doc sections 4.1-4.8 give the math this file fo
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -212,6 +213,38 @@ class LstmStack(nn.Module):
         return outputs, finals
 
 
+class TokenCache:
+    """An exact memo of the char encoder's outputs by token ids, for inference with frozen weights.
+
+    Frequent tokens (the, of, ",") are then encoded once per model rather than once per batch. Any
+    change to an encoder weight (an optimizer step, loading, moving devices) empties it; so does a
+    capacity overflow, oldest entries first.
+    """
+
+    def __init__(self, capacity: int = 1 << 16):
+        self.capacity = capacity
+        self._rows: OrderedDict[bytes, torch.Tensor] = OrderedDict()
+        self._stamp: tuple | None = None
+
+    def __call__(self, encoder: "CharEncoder", ids: torch.Tensor) -> torch.Tensor:
+        """ids (N, 50) of distinct tokens -> (N, P), computing only the tokens not seen before."""
+        stamp = tuple((p.data_ptr(), p._version) for p in encoder.parameters())
+        if stamp != self._stamp:
+            self._rows.clear()
+            self._stamp = stamp
+        keys = [row.tobytes() for row in ids.to("cpu", torch.int16).numpy()]
+        missing = [i for i, key in enumerate(keys) if key not in self._rows]
+        if missing:
+            for i, vector in zip(missing, encoder(ids[missing])):
+                self._rows[keys[i]] = vector
+        for key in keys:
+            self._rows.move_to_end(key)
+        vectors = torch.stack([self._rows[key] for key in keys])
+        while len(self._rows) > self.capacity:
+            self._rows.popitem(last=False)
+        return vectors
+
+
 @dataclass
 class BiLMOutput:
     """`layers`: L+1 tensors (B, T+2, 2P) including the <S>/</S> positions; `mask`: (B, T+2) bool."""
@@ -265,6 +298,7 @@ class BiLM(nn.Module):
         self.backward_lstm = LstmStack(config)
         self.stateful = stateful
         self._states: dict[str, list[LstmState]] | None = None
+        self.token_cache = TokenCache()
 
     def reset_states(self) -> None:
         """Forget the stored per-row states: every row starts from zero again."""
@@ -283,7 +317,9 @@ class BiLM(nn.Module):
         out = ids.new_zeros(mask.shape + (self.config.projection_dim,), dtype=self.char_encoder.char_embed.dtype)
         if flat.shape[0]:
             unique, inverse = torch.unique(flat, dim=0, return_inverse=True)
-            out[mask] = self.char_encoder(unique)[inverse]
+            frozen = not (torch.is_grad_enabled() and any(p.requires_grad for p in self.char_encoder.parameters()))
+            vectors = self.token_cache(self.char_encoder, unique) if frozen else self.char_encoder(unique)
+            out[mask] = vectors[inverse]
         return out
 
     def boundary_vectors(self) -> tuple[torch.Tensor, torch.Tensor]:
