@@ -226,6 +226,9 @@ class TokenCache:
         self._rows: OrderedDict[bytes, torch.Tensor] = OrderedDict()
         self._stamp: tuple | None = None
 
+    def clear(self) -> None:
+        self._rows.clear()
+
     def __call__(self, encoder: "CharEncoder", ids: torch.Tensor) -> torch.Tensor:
         """ids (N, 50) of distinct tokens -> (N, P), computing only the tokens not seen before."""
         stamp = tuple((p.data_ptr(), p._version) for p in encoder.parameters())

@@ -230,6 +230,7 @@ def write_parts(embedder: Embedder, input_file: str, plan: Plan, blocks: list[in
             continue
         texts = [text for _, text in lines]
         start = plan.blocks[block][0]
+        embedder.bilm.token_cache.clear()  # a block's numbers must not depend on the blocks run before it
         with atomic_path(plan.part_path(block)) as tmp, h5py.File(tmp, "w", libver=spec.libver) as out:
             out.attrs[PART_ATTR] = json.dumps({**plan.header, "lines": list(plan.blocks[block])})
             sentences = (text.split() for text in texts)
