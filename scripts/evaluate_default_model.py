@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -46,7 +47,13 @@ def provenance(run_dir: Path) -> dict:
     last = records[-1]
     return {"steps": last["step"], "tokens_seen_per_direction": last["tokens"],
             "wall_time_hours": round(last["elapsed_s"] / 3600, 2), "final_train_ppl": round(last["ppl"], 1),
-            "run_settings": json.loads((run_dir / "run.json").read_text())}
+            "run_settings": relative_paths(json.loads((run_dir / "run.json").read_text()))}
+
+
+def relative_paths(run: dict) -> dict:
+    """Corpus paths relative to the repository, so the card holds nothing machine-specific."""
+    run["train"] = [os.path.relpath(os.path.normpath(path), REPO) for path in run.get("train", [])]
+    return run
 
 
 def main() -> None:

@@ -205,3 +205,4 @@ def test_screenshots_of_each_panel(page):
     for n in range(1, 8):
         page.locator(f"#p{n}").screenshot(path=str(out / f"panel-{n}.png"))
     page.locator("header").screenshot(path=str(out / "header.png"))
+    assert all((out / f"panel-{n}.png").stat().st_size > 1000 for n in range(1, 8))
