@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("ELMO_SHARED", REPO.parent / "shared"))
@@ -37,3 +38,12 @@ def bilm_tf_dir() -> Path:
 def fixture_sentences(allennlp_dir) -> list[list[str]]:
     """The 3 lists of 10 sentences; batch i is [lists[0][i], lists[1][i], lists[2][i]]."""
     return json.loads((allennlp_dir / "sentences.json").read_text())
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny tensors: torch's thread pool only costs time on a shared 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

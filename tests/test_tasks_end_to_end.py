@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from conftest import ALLENNLP, DATA, need
 from elmo.cli import main
@@ -14,12 +13,7 @@ pytest.importorskip("gensim", reason="the static baseline needs the tasks extra 
 pytest.importorskip("seqeval", reason="span F1 needs the tasks extra (seqeval)")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -13,13 +13,7 @@ from elmo.tasks.train import build_model
 LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: torch's thread pool only costs time on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _tagging_problem(n=12, t=6, layers=3, dim=8, seed=0):
