@@ -72,7 +72,7 @@ def main() -> None:
         train(TrainSettings(
             out=str(out), train=[str(data / "ptb.train.txt")], vocab=str(vocab), options=KIM_SMALL, seed=args.seed,
             optimizer="sgd", lr=lr, clip_norm=5.0, dropout=0.5, batch_size=20, unroll_steps=35, sampled=False,
-            max_steps=epoch * per_epoch, threads=args.threads, checkpoint_every=per_epoch, log_every=50,
+            max_steps=epoch * per_epoch, threads=args.threads, checkpoint_every=min(per_epoch, 200), log_every=50,
             resume=latest_checkpoint(out) is not None))
         valid = score(out, data / "ptb.valid.txt", args.eval_lines)
         next_lr = lr / 2 if valid["forward"] > best - 1.0 else lr

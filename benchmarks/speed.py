@@ -196,7 +196,16 @@ def main() -> None:
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--device", default="cpu")
     p.add_argument("--out", default=None, help="JSON results file (default benchmarks/results/speed-<device>.json)")
+    p.add_argument("--render", metavar="JSON", help="measure nothing: print the markdown tables of a results file "
+                   "(the ones in docs/performance.md) and draw its chart (--plot)")
+    p.add_argument("--plot", metavar="PNG", help="with --render: where to write the bar chart")
     args = p.parse_args()
+    if args.render:
+        results = json.loads(Path(args.render).read_text())
+        print(markdown_tables(results))
+        if args.plot:
+            plot(results, args.plot)
+        return
 
     from elmo import save_bilm
     from elmo.bilm import BiLM
@@ -267,6 +276,60 @@ def main() -> None:
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {out}")
+
+
+def markdown_tables(results: dict) -> str:
+    """The embedding and training tables of docs/performance.md, from a results file."""
+    gemm = {int(t): f for t, f in results["gemm_flops"].items()}
+    lines = [f"{results['sentences']:,} sentences, {results['tokens']:,} tokens; fp32 GEMM limit (2048^3 product): "
+             + ", ".join(f"{f / 1e9:.0f} GFLOP/s at {t} thread{'s' if t > 1 else ''}" for t, f in sorted(gemm.items())),
+             "", "| shape | threads | order | ours tok/s | AllenNLP tok/s | speed-up | ours: % of GEMM limit "
+             "| AllenNLP: % of limit | peak RSS ours / AllenNLP | max abs diff |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in results["embedding"]:
+        ours, peer = row["ours"], row.get("allennlp")
+        cells = [row["shape"], str(row["threads"]), row["order"], f"{ours['tokens_per_s']:,.0f}",
+                 f"{peer['tokens_per_s']:,.0f}" if peer else "not run", f"x{row['speedup']:.2f}" if peer else "",
+                 f"{ours['fraction_of_gemm_limit']:.0%}", f"{peer['fraction_of_gemm_limit']:.0%}" if peer else "",
+                 f"{ours['peak_rss_mb']:,.0f} / {peer['peak_rss_mb']:,.0f} MB" if peer else f"{ours['peak_rss_mb']:,.0f} MB",
+                 f"{row['max_abs_diff']:.1e}" if peer else ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    if results["training"]:
+        lines += ["", "| preset | threads | tokens/step | ours tok/s | train FLOP/token | % of GEMM limit | peak RSS |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for row in results["training"]:
+            ours = row["ours"]
+            lines.append(f"| {row['shape']} | {row['threads']} | {ours['tokens_per_step']:,} | {ours['tokens_per_s']:,.0f} | "
+                         f"{row['flops_per_token'] / 1e6:,.0f} M | {ours['fraction_of_gemm_limit']:.0%} | "
+                         f"{ours['peak_rss_mb']:,.0f} MB |")
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: str) -> None:
+    """Bar chart: embedding tokens/s, ours beside AllenNLP, per shape, order and thread count."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = results["embedding"]
+    shapes = list(dict.fromkeys(r["shape"] for r in rows))
+    fig, axes = plt.subplots(1, len(shapes), figsize=(5.5 * len(shapes), 3.8), squeeze=False)
+    for ax, shape in zip(axes[0], shapes):
+        mine = [r for r in rows if r["shape"] == shape]
+        labels = [f"{r['order']}\n{r['threads']} thr" for r in mine]
+        x = np.arange(len(mine))
+        ours = [r["ours"]["tokens_per_s"] for r in mine]
+        peer = [r["allennlp"]["tokens_per_s"] if "allennlp" in r else 0 for r in mine]
+        ax.bar(x - 0.2, peer, 0.4, label="AllenNLP 2.10.1 _ElmoBiLm", color="#999999")
+        ax.bar(x + 0.2, ours, 0.4, label="elmo (this package)", color="#2b6cb0")
+        for xi, o, q in zip(x, ours, peer):
+            if q:
+                ax.text(xi + 0.2, o, f"x{o / q:.1f}", ha="center", va="bottom", fontsize=9)
+        ax.set_xticks(x, labels)
+        ax.set_title(f"{shape}: embedding, all layers, batch 64")
+        ax.set_ylabel("tokens / s")
+    axes[0][0].legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def print_embedding_row(row: dict) -> None:
