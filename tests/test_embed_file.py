@@ -103,6 +103,25 @@ def test_float16_within_1e_3_relative_of_float32(tmp_path, corpus, model_args):
     assert os.path.getsize(tmp_path / "16.hdf5") < 0.6 * os.path.getsize(tmp_path / "32.hdf5")
 
 
+def test_bf16_autocast_is_close_to_float32_and_never_reuses_its_cache(tmp_path, corpus, model_args, embedder):
+    path, lines = corpus
+    assert embed(path, tmp_path / "32.hdf5", model_args) == 0
+    assert embed(path, tmp_path / "bf16.hdf5", model_args, "--bf16") == 0
+    with h5py.File(tmp_path / "32.hdf5", "r") as f32, h5py.File(tmp_path / "bf16.hdf5", "r") as fbf:
+        a32 = np.concatenate([f32[str(i)][()] for i in range(len(lines))], axis=1)
+        abf = np.concatenate([fbf[str(i)][()] for i in range(len(lines))], axis=1)
+    assert abf.dtype == np.float32 and abf.shape == a32.shape
+    assert not np.array_equal(abf, a32)  # autocast really ran in bfloat16 (8-bit mantissa)
+    cos = (abf * a32).sum(-1) / (np.linalg.norm(abf, axis=-1) * np.linalg.norm(a32, axis=-1))
+    assert cos.min() > 0.99
+    # one model, two embedders: the token cache filled in float32 must not serve the bf16 run
+    sentence = lines[0].split()
+    plain = embedder.embed_sentence(sentence)
+    half = Embedder(embedder.bilm, bf16=True).embed_sentence(sentence)
+    assert not np.array_equal(half[0], plain[0])
+    np.testing.assert_array_equal(embedder.embed_sentence(sentence), plain)
+
+
 @pytest.mark.parametrize("flags, layers, reduce", [
     (["--pool", "mean"], [0, 1, 2], "mean"),
     (["--pool", "max", "--layers", "1,2"], [1, 2], "max"),

@@ -221,8 +221,8 @@ class TokenCache:
     """An exact memo of the char encoder's outputs by token ids, for inference with frozen weights.
 
     Frequent tokens (the, of, ",") are then encoded once per model rather than once per batch. Any
-    change to an encoder weight (an optimizer step, loading, moving devices) empties it; so does a
-    capacity overflow, oldest entries first.
+    change to an encoder weight (an optimizer step, loading, moving devices) or to autocast empties
+    it; a capacity overflow drops the oldest entries first.
     """
 
     def __init__(self, capacity: int = 1 << 16):
@@ -235,7 +235,8 @@ class TokenCache:
 
     def __call__(self, encoder: "CharEncoder", ids: torch.Tensor) -> torch.Tensor:
         """ids (N, 50) of distinct tokens -> (N, P), computing only the tokens not seen before."""
-        stamp = tuple((p.data_ptr(), p._version) for p in encoder.parameters())
+        stamp = (tuple((p.data_ptr(), p._version) for p in encoder.parameters()),
+                 torch.is_autocast_enabled(ids.device.type))  # bf16 and fp32 vectors never mix
         if stamp != self._stamp:
             self._rows.clear()
             self._stamp = stamp

@@ -47,6 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="keep the finished parts in OUTPUT.parts/ of a killed run and embed only the rest")
     p.add_argument("--part-lines", type=int, default=10_000,
                    help="lines per part file (default 10000): a crash loses at most one part per process")
+    p.add_argument("--bf16", action="store_true",
+                   help="bfloat16 autocast (for GPUs; outputs are stored in --dtype; slow on CPUs without bf16)")
     p.add_argument("--device", default="cpu",
                    help="cpu, cuda or cuda:N (under torchrun, cuda means one GPU per local rank)")
     p.set_defaults(func=run, output_format="all")
@@ -63,9 +65,9 @@ def load_embedder(args: argparse.Namespace) -> Embedder:
         raise InputError(f"--device {args.device}: CUDA is not available on this machine")
     if args.options:
         return Embedder.from_files(args.options, args.weights, stateful=args.stateful, device=args.device,
-                                   batch_size=args.batch_size)
+                                   batch_size=args.batch_size, bf16=args.bf16)
     return Embedder.from_model(resolve_model(args.model or "default"), stateful=args.stateful, device=args.device,
-                               batch_size=args.batch_size)
+                               batch_size=args.batch_size, bf16=args.bf16)
 
 
 def run(args: argparse.Namespace) -> int:
