@@ -327,7 +327,7 @@ class BiLM(nn.Module):
             unique, inverse = torch.unique(flat, dim=0, return_inverse=True)
             frozen = not (torch.is_grad_enabled() and any(p.requires_grad for p in self.char_encoder.parameters()))
             vectors = self.token_cache(self.char_encoder, unique) if frozen else self.char_encoder(unique)
-            out[mask] = vectors[inverse]
+            out[mask] = vectors[inverse].to(out.dtype)
         return out
 
     def boundary_vectors(self) -> tuple[torch.Tensor, torch.Tensor]:
