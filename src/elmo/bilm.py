@@ -145,9 +145,10 @@ class LstmLayer(nn.Module):
         """
         batch, steps, _ = x.shape
         bias = (self.B + self._forget_one()).unsqueeze(1)
-        # (4H, T*B), column t*B + b: each step's pre-activations are one block of columns.
+        # (4H, T*B), column t*B + b: each step's pre-activations are one block of B columns.
         x_time_major = x.transpose(0, 1).reshape(steps * batch, -1)
         pre = torch.addmm(bias, self.W_0[: self.input_dim].t(), x_time_major.t())
+        pre_steps = pre.split(batch, dim=1)  # one view per step: backward joins their grads once, not T full-size adds
         w_h = self.W_0[self.input_dim :].t().contiguous()
         w_p = self.W_P_0.t().contiguous() if self.W_P_0 is not None else None
         active = (lengths.unsqueeze(1) > torch.arange(steps, device=lengths.device)).sum(0).tolist()
@@ -157,7 +158,7 @@ class LstmLayer(nn.Module):
             n = active[t]
             if n == 0:
                 break
-            z = torch.addmm(pre[:, t * batch : t * batch + n], w_h, h[:, :n])
+            z = torch.addmm(pre_steps[t][:, :n], w_h, h[:, :n])
             i, j, f, o = z.chunk(4, dim=0)
             c_t = torch.sigmoid(f) * c[:, :n] + torch.sigmoid(i) * torch.tanh(j)
             if self.cell_clip is not None:
