@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -29,7 +30,8 @@ from elmo.training.export import load_run
 from elmo.training.perplexity import perplexity
 from elmo.training.trainer import TrainSettings, train
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "ptb_mikolov"
+SHARED = Path(os.environ.get("ELMO_SHARED", Path(__file__).resolve().parents[1].parent / "shared"))
+DATA = SHARED / "data" / "ptb_mikolov"
 KIM_SMALL = {
     "lstm": {"dim": 300, "projection_dim": 300, "n_layers": 2, "cell_clip": None, "proj_clip": None,
              "use_skip_connections": False},
@@ -38,13 +40,13 @@ KIM_SMALL = {
 }
 
 
-def score(out: Path, text: Path, lines: int | None) -> dict:
+def score(out: Path, text: Path, lines: int | None, device: str = "cpu") -> dict:
     if lines:
         head = out / f"{text.stem}.head{lines}.txt"
         head.write_text("".join(text.read_text().splitlines(keepends=True)[:lines]))
         text = head
     model, vocab, _ = load_run(out)
-    return perplexity(model, vocab, [str(text)], mode="stream", batch_size=1, unroll=35)
+    return perplexity(model, vocab, [str(text)], mode="stream", batch_size=1, unroll=35, device=device)
 
 
 def main() -> None:
@@ -56,8 +58,10 @@ def main() -> None:
     p.add_argument("--eval-lines", type=int, help="score only the first N lines of valid/test (a quick check)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     args = p.parse_args()
     data, out = Path(args.data), Path(args.out)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch.set_num_threads(args.threads)
     out.mkdir(parents=True, exist_ok=True)
     vocab, log = out / "ptb.vocab.txt", out / "benchmark.jsonl"
@@ -72,15 +76,15 @@ def main() -> None:
         train(TrainSettings(
             out=str(out), train=[str(data / "ptb.train.txt")], vocab=str(vocab), options=KIM_SMALL, seed=args.seed,
             optimizer="sgd", lr=lr, clip_norm=5.0, dropout=0.5, batch_size=20, unroll_steps=35, sampled=False,
-            max_steps=epoch * per_epoch, threads=args.threads, checkpoint_every=min(per_epoch, 200), log_every=50,
+            max_steps=epoch * per_epoch, threads=args.threads, device=device, checkpoint_every=min(per_epoch, 200), log_every=50,
             resume=latest_checkpoint(out) is not None))
-        valid = score(out, data / "ptb.valid.txt", args.eval_lines)
+        valid = score(out, data / "ptb.valid.txt", args.eval_lines, device)
         next_lr = lr / 2 if valid["forward"] > best - 1.0 else lr
         best = min(best, valid["forward"])
         record = {"epoch": epoch, "step": epoch * per_epoch, "lr": lr, "next_lr": next_lr, "valid": valid,
-                  "wall_s": round(time.time() - started, 1)}
+                  "wall_s": round(time.time() - started, 1), "device": device}
         if epoch == args.epochs:
-            record["test"] = score(out, data / "ptb.test.txt", args.eval_lines)
+            record["test"] = score(out, data / "ptb.test.txt", args.eval_lines, device)
         with log.open("a") as f:
             f.write(json.dumps(record) + "\n")
         print(json.dumps(record), flush=True)

@@ -27,7 +27,8 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-SENTENCES = REPO.parent / "shared" / "data" / "wiki_corpus" / "valid.txt"
+SHARED = Path(os.environ.get("ELMO_SHARED", REPO.parent / "shared"))
+SENTENCES = SHARED / "data" / "wiki_corpus" / "valid.txt"
 
 ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 SHAPES = {
@@ -60,17 +61,33 @@ def forward_flops_per_token(options: dict) -> float:
     return 2.0 * macs
 
 
-def gemm_flops(threads: int, m: int = 2048, k: int = 2048, n: int = 2048, passes: int = 5) -> float:
-    """Measured fp32 GEMM FLOP/s at this thread count: the machine's practical limit."""
+def gemm_flops(threads: int, device: str = "cpu", dtype: torch.dtype = torch.float32, passes: int = 5) -> float:
+    """Measured GEMM FLOP/s at this thread count (CPU) or on this GPU: the machine's practical limit.
+
+    2048^3 on a CPU; 8192^3 on a GPU, where a smaller product cannot fill the chip. fp32 on a GPU is
+    full precision (no TF32), as our fp32 path computes it.
+    """
     torch.set_num_threads(threads)
-    a, b = torch.randn(m, k), torch.randn(k, n)
-    torch.mm(a, b)
+    size = 8192 if device.startswith("cuda") else 2048
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
     times = []
-    for _ in range(passes):
+    for _ in range(passes + 1):
+        _sync(device)
         start = time.perf_counter()
         torch.mm(a, b)
+        _sync(device)
         times.append(time.perf_counter() - start)
-    return 2.0 * m * k * n / statistics.median(times)
+    return 2.0 * size**3 / statistics.median(times[1:])
+
+
+def _sync(device: str) -> None:
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _gpu_peak_mb(device: str) -> float | None:
+    return torch.cuda.max_memory_allocated() / 2**20 if str(device).startswith("cuda") else None
 
 
 # ---- workers (each in its own process) --------------------------------------------------------
@@ -82,14 +99,15 @@ def worker_embed(args) -> dict:
     sentences = [line.split() for line in open(args.sentences, encoding="utf-8")]
     if args.order == "sorted":
         sentences.sort(key=len, reverse=True)
-    embedder = Embedder.from_files(args.options, args.weights, device=args.device, batch_size=64)
+    embedder = Embedder.from_files(args.options, args.weights, device=args.device, batch_size=args.batch_size,
+                                   bf16=args.precision == "bf16")
 
     def run_all(subset=sentences):
         embedder.bilm.token_cache.clear()  # each pass starts cold, as one run over a file does
-        for _ in embedder.embed_sentences(subset, layers="all", batch_size=64):
+        for _ in embedder.embed_sentences(subset, layers="all", batch_size=args.batch_size):
             pass
 
-    run_all(sentences[:128])  # warm-up: two batches
+    run_all(sentences[: 2 * args.batch_size])  # warm-up: two batches
     times = []
     for _ in range(args.passes):
         start = time.perf_counter()
@@ -99,8 +117,9 @@ def worker_embed(args) -> dict:
         first = [line.split() for line in open(args.sentences, encoding="utf-8")][: args.dump_sentences]
         np.savez(args.dump, **{str(i): a for i, a in enumerate(embedder.embed_batch(first))})
     tokens = sum(len(s) for s in sentences)
-    return {"impl": "elmo", "order": args.order, "threads": args.threads, "tokens": tokens,
-            "seconds": statistics.median(times), "tokens_per_s": tokens / statistics.median(times), "passes": times}
+    return {"impl": "elmo", "order": args.order, "threads": args.threads, "precision": args.precision,
+            "batch_size": args.batch_size, "tokens": tokens, "seconds": statistics.median(times),
+            "tokens_per_s": tokens / statistics.median(times), "passes": times, "gpu_peak_mb": _gpu_peak_mb(args.device)}
 
 
 def worker_train(args) -> dict:
@@ -116,15 +135,18 @@ def worker_train(args) -> dict:
     options = json.loads(Path(args.options).read_text())
     vocab = Vocab.load(args.vocab)
     sampler = LogUniformSampler(len(vocab), args.negatives, torch.Generator().manual_seed(0))
-    model = LanguageModel(BiLMConfig.from_options(options), len(vocab), dropout=0.1, sampler=sampler).train()
+    model = LanguageModel(BiLMConfig.from_options(options), len(vocab), dropout=0.1, sampler=sampler)
+    model = model.to(args.device).train()
+    autocast = torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
     batcher = StreamBatcher(SentenceSource([args.sentences], seed=0), vocab, 128, 20)
     states = None
 
     def step():
         nonlocal states
-        batch = batcher.next_batch()
-        loss_f, loss_b, new_states = model(batch, states, True)
+        batch = batcher.next_batch().to(args.device)
+        with autocast:
+            loss_f, loss_b, new_states = model(batch, states, True)
         (0.5 * (loss_f.mean() + loss_b.mean()) * 20).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
         optimizer.step()
@@ -135,10 +157,13 @@ def worker_train(args) -> dict:
     step()
     times, tokens = [], 0
     for _ in range(args.passes):
+        _sync(args.device)
         start = time.perf_counter()
         tokens = step()
+        _sync(args.device)
         times.append(time.perf_counter() - start)
-    return {"impl": "elmo", "threads": args.threads, "tokens_per_step": tokens, "vocab": len(vocab),
+    return {"impl": "elmo", "threads": args.threads, "precision": args.precision, "gpu_peak_mb": _gpu_peak_mb(args.device),
+            "tokens_per_step": tokens, "vocab": len(vocab),
             "negatives": args.negatives, "seconds_per_step": statistics.median(times),
             "tokens_per_s": tokens / statistics.median(times), "passes": times}
 
@@ -161,6 +186,8 @@ def run_worker(argv: list[str]) -> None:
     p.add_argument("--order", choices=["file", "sorted"], default="file")
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--dump")
     p.add_argument("--dump-sentences", type=int, default=64)
     args = p.parse_args(argv)
@@ -194,7 +221,9 @@ def main() -> None:
     p.add_argument("--threads", default="1,2")
     p.add_argument("--sentences", type=int, default=1000)
     p.add_argument("--passes", type=int, default=3)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]; the peer runs only on CPU")
+    p.add_argument("--precisions", default="fp32", help="fp32,bf16 (bf16 autocast is for GPUs)")
+    p.add_argument("--batch-size", type=int, default=64, help="embedding batch size (the issue's figures: 64)")
     p.add_argument("--out", default=None, help="JSON results file (default benchmarks/results/speed-<device>.json)")
     p.add_argument("--render", metavar="JSON", help="measure nothing: print the markdown tables of a results file "
                    "(the ones in docs/performance.md) and draw its chart (--plot)")
@@ -221,13 +250,29 @@ def main() -> None:
     sentence_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
     n_tokens = sum(len(line.split()) for line in lines)
     threads = [int(t) for t in args.threads.split(",")]
+    precisions = [x for x in args.precisions.split(",") if x]
     me = [sys.executable, str(HERE / "speed.py"), "worker"]
+    out = Path(args.out) if args.out else HERE / "results" / f"speed-{args.device.split(':')[0]}.json"
     results = {"machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(),
-                           "torch": torch.__version__, "device": args.device},
-               "sentences": len(lines), "tokens": n_tokens, "gemm_flops": {t: gemm_flops(t) for t in threads},
-               "embedding": [], "training": []}
+                           "torch": torch.__version__, "device": args.device,
+                           "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None},
+               "sentences": len(lines), "tokens": n_tokens, "batch_size": args.batch_size,
+               "gemm_flops": {t: gemm_flops(t, args.device) for t in threads}, "embedding": [], "training": []}
+    if "bf16" in precisions:
+        results["gemm_flops_bf16"] = {t: gemm_flops(t, args.device, torch.bfloat16) for t in threads}
     for t in threads:
-        print(f"fp32 GEMM, {t} thread(s): {results['gemm_flops'][t] / 1e9:.0f} GFLOP/s", flush=True)
+        print(f"GEMM limit, {t} thread(s): " + ", ".join(
+            f"{p} {results['gemm_flops' + ('_bf16' if p == 'bf16' else '')][t] / 1e9:,.0f} GFLOP/s" for p in precisions),
+            flush=True)
+
+    def limit(t: int, precision: str) -> float:
+        return results["gemm_flops_bf16" if precision == "bf16" else "gemm_flops"][t]
+
+    def save() -> None:  # after every row: an interrupted run keeps what it measured
+        out.parent.mkdir(exist_ok=True)
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(results, indent=2) + "\n")
+        tmp.replace(out)
 
     for shape in [s for s in args.shapes.split(",") if s]:
         torch.manual_seed(0)
@@ -240,18 +285,26 @@ def main() -> None:
             for order in ("file", "sorted"):
                 common = ["--options", str(model_dir / "options.json"), "--weights", str(model_dir / "weights.hdf5"),
                           "--sentences", str(sentence_file), "--threads", str(t), "--order", order,
-                          "--passes", str(args.passes)]
-                ours_dump, peer_dump = str(work / f"{shape}-ours.npz"), str(work / f"{shape}-peer.npz")
-                ours = run_json(me + ["embed", "--device", args.device, "--dump", ours_dump] + common)
-                ours["fraction_of_gemm_limit"] = ours["tokens_per_s"] * flops / results["gemm_flops"][t]
-                row = {"shape": shape, "threads": t, "order": order, "flops_per_token": flops, "ours": ours}
-                if args.peer_python:
-                    peer = run_json([args.peer_python, str(HERE / "allennlp_worker.py"), "--dump", peer_dump] + common)
-                    peer["fraction_of_gemm_limit"] = peer["tokens_per_s"] * flops / results["gemm_flops"][t]
-                    row.update(allennlp=peer, speedup=ours["tokens_per_s"] / peer["tokens_per_s"],
-                               max_abs_diff=max_diff(ours_dump, peer_dump))
-                results["embedding"].append(row)
-                print_embedding_row(row)
+                          "--passes", str(args.passes), "--batch-size", str(args.batch_size)]
+                dumps = {p: str(work / f"{shape}-{p}.npz") for p in precisions}
+                peer_dump = str(work / f"{shape}-peer.npz")
+                for precision in precisions:
+                    ours = run_json(me + ["embed", "--device", args.device, "--precision", precision,
+                                          "--dump", dumps[precision]] + common)
+                    ours["fraction_of_gemm_limit"] = ours["tokens_per_s"] * flops / limit(t, precision)
+                    row = {"shape": shape, "threads": t, "order": order, "precision": precision,
+                           "flops_per_token": flops, "ours": ours}
+                    if precision != "fp32" and "fp32" in dumps:
+                        row["max_abs_diff_vs_fp32"] = max_diff(dumps[precision], dumps["fp32"])
+                    if args.peer_python and precision == "fp32":
+                        peer = run_json([args.peer_python, str(HERE / "allennlp_worker.py"), "--dump", peer_dump]
+                                        + common)
+                        peer["fraction_of_gemm_limit"] = peer["tokens_per_s"] * flops / limit(t, precision)
+                        row.update(allennlp=peer, speedup=ours["tokens_per_s"] / peer["tokens_per_s"],
+                                   max_abs_diff=max_diff(dumps[precision], peer_dump))
+                    results["embedding"].append(row)
+                    print_embedding_row(row)
+                    save()
 
     if args.train_shapes:
         corpus = [str(SENTENCES), str(SENTENCES.with_name("test.txt"))]
@@ -263,44 +316,60 @@ def main() -> None:
             options_file.write_text(json.dumps(options))
             flops = train_flops_per_token(options, 8192)
             for t in threads:
-                got = run_json(me + ["train", "--options", str(options_file), "--vocab", str(vocab_file),
-                                     "--sentences", str(sentence_file), "--threads", str(t), "--passes",
-                                     str(args.passes), "--negatives", "8192"])
-                got["fraction_of_gemm_limit"] = got["tokens_per_s"] * flops / results["gemm_flops"][t]
-                row = {"shape": shape, "threads": t, "flops_per_token": flops, "ours": got}
-                results["training"].append(row)
-                print(f"train {shape:8s} threads={t} {got['tokens_per_s']:8.0f} tok/s "
-                      f"({got['fraction_of_gemm_limit']:.0%} of GEMM limit, {got['peak_rss_mb']:.0f} MB)", flush=True)
-
-    out = Path(args.out) if args.out else HERE / "results" / f"speed-{args.device.split(':')[0]}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+                for precision in precisions:
+                    got = run_json(me + ["train", "--options", str(options_file), "--vocab", str(vocab_file),
+                                         "--sentences", str(sentence_file), "--threads", str(t), "--passes",
+                                         str(args.passes), "--negatives", "8192", "--device", args.device,
+                                         "--precision", precision])
+                    got["fraction_of_gemm_limit"] = got["tokens_per_s"] * flops / limit(t, precision)
+                    row = {"shape": shape, "threads": t, "precision": precision, "flops_per_token": flops, "ours": got}
+                    results["training"].append(row)
+                    print(f"train {shape:8s} threads={t} {precision} {got['tokens_per_s']:8.0f} tok/s "
+                          f"({got['fraction_of_gemm_limit']:.0%} of GEMM limit, {got['peak_rss_mb']:.0f} MB)", flush=True)
+                    save()
+    save()
     print(f"wrote {out}")
 
 
 def markdown_tables(results: dict) -> str:
     """The embedding and training tables of docs/performance.md, from a results file."""
-    gemm = {int(t): f for t, f in results["gemm_flops"].items()}
-    lines = [f"{results['sentences']:,} sentences, {results['tokens']:,} tokens; fp32 GEMM limit (2048^3 product): "
-             + ", ".join(f"{f / 1e9:.0f} GFLOP/s at {t} thread{'s' if t > 1 else ''}" for t, f in sorted(gemm.items())),
+    machine = results["machine"]
+    gpu = machine.get("gpu")
+    size = 8192 if gpu else 2048
+    limits = {p: {int(t): f for t, f in results[k].items()} for p, k in (("fp32", "gemm_flops"), ("bf16", "gemm_flops_bf16"))
+              if k in results}
+    where = gpu or f"{machine.get('cpus')} CPUs"
+    lines = [f"{results['sentences']:,} sentences, {results['tokens']:,} tokens, batch {results.get('batch_size', 64)}, "
+             f"on {where}; GEMM limit ({size}^3 product): "
+             + "; ".join(f"{p} " + ", ".join(f"{f / 1e9:,.0f} GFLOP/s at {t} thread{'s' if t > 1 else ''}"
+                                             for t, f in sorted(lim.items())) for p, lim in limits.items()),
              "", "| shape | threads | order | ours tok/s | AllenNLP tok/s | speed-up | ours: % of GEMM limit "
-             "| AllenNLP: % of limit | peak RSS ours / AllenNLP | max abs diff |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| AllenNLP: % of limit | peak memory ours / AllenNLP | max abs diff |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def memory(run: dict) -> str:
+        rss = f"{run['peak_rss_mb']:,.0f} MB"
+        return rss + (f" (GPU {run['gpu_peak_mb']:,.0f} MB)" if run.get("gpu_peak_mb") else "")
+
     for row in results["embedding"]:
         ours, peer = row["ours"], row.get("allennlp")
-        cells = [row["shape"], str(row["threads"]), row["order"], f"{ours['tokens_per_s']:,.0f}",
-                 f"{peer['tokens_per_s']:,.0f}" if peer else "not run", f"x{row['speedup']:.2f}" if peer else "",
-                 f"{ours['fraction_of_gemm_limit']:.0%}", f"{peer['fraction_of_gemm_limit']:.0%}" if peer else "",
-                 f"{ours['peak_rss_mb']:,.0f} / {peer['peak_rss_mb']:,.0f} MB" if peer else f"{ours['peak_rss_mb']:,.0f} MB",
-                 f"{row['max_abs_diff']:.1e}" if peer else ""]
+        precision = row.get("precision", "fp32")
+        diff = (f"{row['max_abs_diff']:.1e}" if peer else
+                f"{row['max_abs_diff_vs_fp32']:.1e} vs our fp32" if "max_abs_diff_vs_fp32" in row else "")
+        cells = [row["shape"], str(row["threads"]), row["order"] + ("" if precision == "fp32" else f", {precision}"),
+                 f"{ours['tokens_per_s']:,.0f}", f"{peer['tokens_per_s']:,.0f}" if peer else "not run",
+                 f"x{row['speedup']:.2f}" if peer else "", f"{ours['fraction_of_gemm_limit']:.0%}",
+                 f"{peer['fraction_of_gemm_limit']:.0%}" if peer else "",
+                 f"{memory(ours)} / {memory(peer)}" if peer else memory(ours), diff]
         lines.append("| " + " | ".join(cells) + " |")
     if results["training"]:
-        lines += ["", "| preset | threads | tokens/step | ours tok/s | train FLOP/token | % of GEMM limit | peak RSS |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
+        lines += ["", "| preset | threads | precision | tokens/step | ours tok/s | train FLOP/token | % of GEMM limit "
+                  "| peak memory |", "|---|---:|---|---:|---:|---:|---:|---:|"]
         for row in results["training"]:
             ours = row["ours"]
-            lines.append(f"| {row['shape']} | {row['threads']} | {ours['tokens_per_step']:,} | {ours['tokens_per_s']:,.0f} | "
-                         f"{row['flops_per_token'] / 1e6:,.0f} M | {ours['fraction_of_gemm_limit']:.0%} | "
-                         f"{ours['peak_rss_mb']:,.0f} MB |")
+            lines.append(f"| {row['shape']} | {row['threads']} | {row.get('precision', 'fp32')} | "
+                         f"{ours['tokens_per_step']:,} | {ours['tokens_per_s']:,.0f} | "
+                         f"{row['flops_per_token'] / 1e6:,.0f} M | {ours['fraction_of_gemm_limit']:.0%} | {memory(ours)} |")
     return "\n".join(lines)
 
 
@@ -315,17 +384,20 @@ def plot(results: dict, path: str) -> None:
     fig, axes = plt.subplots(1, len(shapes), figsize=(5.5 * len(shapes), 3.8), squeeze=False)
     for ax, shape in zip(axes[0], shapes):
         mine = [r for r in rows if r["shape"] == shape]
-        labels = [f"{r['order']}\n{r['threads']} thr" for r in mine]
+        labels = [f"{r['order']}" + (f" {r['precision']}" if r.get("precision", "fp32") != "fp32" else "")
+                  + f"\n{r['threads']} thr" for r in mine]
         x = np.arange(len(mine))
         ours = [r["ours"]["tokens_per_s"] for r in mine]
         peer = [r["allennlp"]["tokens_per_s"] if "allennlp" in r else 0 for r in mine]
-        ax.bar(x - 0.2, peer, 0.4, label="AllenNLP 2.10.1 _ElmoBiLm", color="#999999")
+        if any(peer):
+            ax.bar(x - 0.2, peer, 0.4, label="AllenNLP 2.10.1 _ElmoBiLm", color="#999999")
         ax.bar(x + 0.2, ours, 0.4, label="elmo (this package)", color="#2b6cb0")
         for xi, o, q in zip(x, ours, peer):
             if q:
                 ax.text(xi + 0.2, o, f"x{o / q:.1f}", ha="center", va="bottom", fontsize=9)
         ax.set_xticks(x, labels)
-        ax.set_title(f"{shape}: embedding, all layers, batch 64")
+        where = results["machine"].get("gpu") or "CPU"
+        ax.set_title(f"{shape}: embedding, all layers, batch {results.get('batch_size', 64)}, {where}", fontsize=10)
         ax.set_ylabel("tokens / s")
     axes[0][0].legend(loc="upper left", fontsize=8)
     fig.tight_layout()
