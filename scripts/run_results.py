@@ -118,7 +118,7 @@ def run_grid(args, runs) -> None:
         _run(args, cmd)
     for i, (name, cmd) in enumerate(runs, 1):
         target = args.out / name
-        if target.exists():
+        if target.exists() or (i - 1) % args.shard[1] != args.shard[0]:
             continue
         cmd = cmd + ["--out", str(target)]
         print(f"[{i}/{len(runs)}] + elmo {shlex.join(cmd)}", flush=True)
@@ -347,6 +347,8 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads per run (default 1: on a shared 2-core machine more threads ran 5-30x slower)")
     p.add_argument("--limit", type=int, default=None, help="first N sentences of each file (smoke runs)")
+    p.add_argument("--shard", type=shard, default=(0, 1), metavar="I/N",
+                   help="run only every N-th run starting at I (0-based), so N processes share the grid")
     p.add_argument("--render-only", action="store_true", help="only rewrite the report from existing metrics")
     p.add_argument("--in-process", action="store_true", help="run commands in this process (faster for tiny runs)")
     p.add_argument("--smoke", action="store_true",
@@ -365,6 +367,16 @@ def parse_args(argv=None):
         if args.static == p.get_default("static"):
             args.static = args.out / "w2v-smoke.bin"
     return args
+
+
+def shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected I/N such as 0/2, found {text!r}") from None
+    if not 0 <= i < n:
+        raise argparse.ArgumentTypeError(f"expected 0 <= I < N, found {text!r}")
+    return i, n
 
 
 def main(argv=None) -> int:
