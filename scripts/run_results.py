@@ -84,6 +84,8 @@ def plan(args) -> list[tuple[str, list[str]]]:
                         cmd += ["--train-fraction", f"{fraction:g}"]
                     if arm == "elmo" and args.output_mix:
                         cmd.append("--output-mix")
+                    if task == "ner" and fraction == 1.0 and seed == args.seeds[0]:
+                        cmd += ["--save", str(args.out / name.replace(".json", ".model.pt"))]  # for `elmo lab --ner`
                     runs.append((name, cmd))
     if args.probes:
         for data_name in ("pos-ptb", "pos-ud"):
@@ -354,7 +356,7 @@ def parse_args(argv=None):
     p.add_argument("--smoke", action="store_true",
                    help="tiny slices with the fixture biLM and tiny models: checks the pipeline, numbers mean nothing")
     args = p.parse_args(argv)
-    args.train_args = {"all": ["--epochs", "20", "--patience", "5"], "ner": ["--num-layers", "2"]}
+    args.train_args = {"all": ["--epochs", "15", "--patience", "3"], "ner": ["--num-layers", "2"]}
     args.probe_args = []
     args.static_args = ["--dim", "300", "--min-count", "5", "--epochs", "5"]
     if args.smoke:
