@@ -53,3 +53,19 @@ def test_smoke_grid(tmp_path):
     assert len(rows) == 3 and all(re.search(r"\| \d+\.\d\d \(1 seed\) \| \d+\.\d\d \(1 seed\) \|", r) for r in rows)
     assert re.search(r"\| WSD, Raganato ALL, F1 \| 1 \| 67\.4 \| \d+\.\d \|", text)
     assert re.search(r"\| ner \| input \| 0\.\d{3} \| 0\.\d{3} \|", text)
+
+
+def test_shards_partition_the_grid(tmp_path, monkeypatch):
+    script = _script()
+    static = tmp_path / "w2v.bin"
+    static.write_bytes(b"")  # present, so no shard trains it
+    ran = []
+    monkeypatch.setattr(script, "_run", lambda args, cmd: ran.append(cmd[cmd.index("--out") + 1]))
+    for k in range(3):
+        args = script.parse_args(["--out", str(tmp_path / "r"), "--static", str(static), "--shard", f"{k}/3"])
+        runs = script.plan(args)
+        script.run_grid(args, runs)
+    assert sorted(ran) == sorted(str(tmp_path / "r" / name) for name, _ in runs)  # each run once, by one shard
+    for bad in ("3/3", "x", "1/0", "-1/2"):
+        with pytest.raises(Exception, match="expected"):
+            script.shard(bad)
