@@ -125,3 +125,16 @@ def test_clear_errors(tmp_path, fixture_elmo, capsys):
     assert "a model directory needs options.json" in capsys.readouterr().err
     assert main([*base, *fixture_elmo, "--train-fraction", "0", "--limit", "5"]) == 2
     assert "--train-fraction must be in (0, 1]" in capsys.readouterr().err
+
+
+def test_eval_every_scores_dev_on_schedule_and_after_the_last_epoch(tmp_path, fixture_elmo, capsys):
+    trees = DATA / "sst5" / "trees"
+    base = ["task", "train", "sst5", "--train", str(need(trees / "dev.txt")), "--dev", str(trees / "test.txt"),
+            "--test", str(trees / "test.txt"), *fixture_elmo, "--cache-dir", str(tmp_path), "--static", "none",
+            "--limit", "40", *SMALL]
+    out = tmp_path / "sst.json"
+    assert main([*base, "--epochs", "5", "--eval-every", "2", "--patience", "9", "--out", str(out)]) == 0
+    history = json.loads(out.read_text())["history"]
+    assert [h["epoch"] for h in history if "dev" in h] == [2, 4, 5]
+    assert main([*base, "--eval-every", "0"]) == 2
+    assert "--eval-every must be at least 1, found 0" in capsys.readouterr().err

@@ -68,7 +68,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--train-fraction", type=float, default=1.0, help="use this fraction of the training sentences")
     t.add_argument("--seed", type=int, default=1)
     t.add_argument("--epochs", type=int, default=20)
-    t.add_argument("--patience", type=int, default=5, help="stop after this many epochs without a better dev score")
+    t.add_argument("--patience", type=int, default=5, help="stop after this many dev evaluations without a better score")
+    t.add_argument("--eval-every", type=int, default=1, help="score dev every N epochs (small training sets: many "
+                   "cheap epochs, few dev passes)")
     t.add_argument("--batch-size", type=int, default=32)
     t.add_argument("--lr", type=float, default=1e-3)
     t.add_argument("--hidden", type=int, default=200)
@@ -129,7 +131,8 @@ def run_train(args) -> int:
         raise InputError(f"{static}: static vectors not found (train them with `elmo static train`)")
     opts = TrainOptions(task=args.task, train=args.train, dev=args.dev, test=args.test, elmo=_elmo_spec(args, True),
                         static=static, output_mix=args.output_mix, train_fraction=args.train_fraction, seed=args.seed,
-                        epochs=args.epochs, patience=args.patience, batch_size=args.batch_size, lr=args.lr,
+                        epochs=args.epochs, patience=args.patience, eval_every=args.eval_every,
+                        batch_size=args.batch_size, lr=args.lr,
                         hidden=args.hidden, num_layers=args.num_layers, dropout=args.dropout,
                         char_filters=args.char_filters, limit=args.limit, cache_dir=args.cache_dir, save=args.save,
                         device=args.device)

@@ -44,7 +44,8 @@ class TrainOptions:
     train_fraction: float = 1.0
     seed: int = 1
     epochs: int = 20
-    patience: int = 5
+    patience: int = 5  # dev evaluations without improvement before stopping
+    eval_every: int = 1  # epochs between dev evaluations (and always after the last epoch)
     batch_size: int = 32
     lr: float = 1e-3
     hidden: int = 200
@@ -108,6 +109,9 @@ def run_task(opts: TrainOptions, metrics_path: str | None = None) -> dict:
         raise InputError(f"unknown task {opts.task!r}; expected one of {', '.join(TASKS)}")
     if opts.elmo is None and opts.static is None and opts.char_filters == 0:
         raise InputError("nothing to feed the model: give --elmo, --static or a char CNN")
+    for name in ("epochs", "patience", "eval_every"):
+        if getattr(opts, name) < 1:
+            raise InputError(f"--{name.replace('_', '-')} must be at least 1, found {getattr(opts, name)}")
     spec = TASKS[opts.task]
     started = time.time()
     splits = {}
@@ -167,6 +171,9 @@ def run_task(opts: TrainOptions, metrics_path: str | None = None) -> dict:
             bar.update(len(idx))
             bar.set_postfix(loss=f"{total / count:.4f}")
         bar.close()
+        if epoch % opts.eval_every and epoch != opts.epochs:
+            history.append({"epoch": epoch, "train_loss": total / max(count, 1)})
+            continue
         dev = evaluate(model, data["dev"], vocab, labels, opts.task)
         history.append({"epoch": epoch, "train_loss": total / max(count, 1), "dev": dev})
         score = dev[spec["metric"]]
