@@ -195,7 +195,9 @@ def render(args, runs) -> str:
         f"{len(done)} of {len(runs)} runs present"
         + (f", {sum(load(args.out, n).get('seconds', 0) for n in done) / 3600:.1f} h of wall-clock time." if done else "."),
         "",
-        "Reproduce (resumable: finished runs are skipped): `python scripts/run_results.py --elmo default`; "
+        "Reproduce (resumable: finished runs are skipped; `--shard k/N` shares the grid between N processes): "
+        f"`python scripts/run_results.py --elmo {args.elmo} --static {args.static} --out {args.out} "
+        f"--cache-dir {args.cache_dir}`; "
         "`--render-only` rewrites this page from the metrics files.",
         "",
         "## Table 1: static baseline vs +ELMo",
