@@ -71,26 +71,27 @@ def test_embedder_on_cuda_matches_cpu_and_bf16_stays_close():
         assert cos.min() > 0.98, cos.min()
 
 
-def _micro_model_and_batch(tmp_path):
+def _corpus(tmp_path):
+    """A small corpus, its vocabulary file and micro biLM options."""
     text = tmp_path / "corpus.txt"
     text.write_text("\n".join(" ".join(s) for s in SENTENCES * 8) + "\n", encoding="utf-8")
     vocab_file = tmp_path / "vocab.txt"
     write_vocab(build_vocab(count_tokens([str(text)]), 1, None), vocab_file)
-    vocab = Vocab.load(str(vocab_file))
     options = {
         "lstm": {"dim": 32, "projection_dim": 16, "n_layers": 2, "cell_clip": 3, "proj_clip": 3,
                  "use_skip_connections": True},
         "char_cnn": {"activation": "relu", "embedding": {"dim": 8}, "filters": [[1, 8], [2, 8], [3, 16]],
                      "n_highway": 2, "max_characters_per_token": 50, "n_characters": 262},
     }
-    torch.manual_seed(0)
-    model = LanguageModel(BiLMConfig.from_options(options), len(vocab))
-    batch = StreamBatcher(SentenceSource([str(text)], seed=0), vocab, 4, 7).next_batch()
-    return text, vocab_file, options, model, batch
+    return text, vocab_file, options
 
 
 def test_training_loss_and_gradients_on_cuda_match_cpu(tmp_path):
-    _, _, _, model, batch = _micro_model_and_batch(tmp_path)
+    text, vocab_file, options = _corpus(tmp_path)
+    vocab = Vocab.load(str(vocab_file))
+    torch.manual_seed(0)
+    model = LanguageModel(BiLMConfig.from_options(options), len(vocab))
+    batch = StreamBatcher(SentenceSource([str(text)], seed=0), vocab, 4, 7).next_batch()
     results = []
     for device in ("cpu", "cuda"):
         m = model.to(device)
@@ -108,7 +109,7 @@ def test_training_loss_and_gradients_on_cuda_match_cpu(tmp_path):
 
 
 def test_train_command_runs_on_cuda_with_bf16(tmp_path):
-    text, vocab_file, options, _, _ = _micro_model_and_batch(tmp_path)
+    text, vocab_file, options = _corpus(tmp_path)
     out = tmp_path / "run"
     train(TrainSettings(out=str(out), train=[str(text)], vocab=str(vocab_file), options=options,
                                   batch_size=4, unroll_steps=5, negatives=10, max_steps=20, device="cuda", bf16=True,
