@@ -9,7 +9,7 @@ next to the exact command that produced it.
 
     python scripts/run_results.py --elmo default                      # the full grid (hours on a CPU)
     python scripts/run_results.py --render-only                       # rewrite docs from what exists
-    python scripts/run_results.py --smoke --out /tmp/r --docs /tmp/d  # tiny slices, fixture biLM
+    python scripts/run_results.py --smoke --out runs/smoke --docs runs/smoke-docs  # tiny slices, fixture biLM
 """
 
 from __future__ import annotations
