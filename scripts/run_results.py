@@ -74,25 +74,27 @@ def plan(args) -> list[tuple[str, list[str]]]:
     common = ["--cache-dir", str(args.cache_dir)] + (["--threads", str(args.threads)] if args.threads else [])
     common += ["--limit", str(args.limit)] if args.limit else []
     train_extra = args.train_args.get("all", [])
+    # Low-resource NER runs first (cheap), then the full-data runs seed by seed, so every table row has a
+    # first reading before the second seed starts. Arms alternate, so `--shard 0/2` and `1/2` split them.
+    cells = [(task, fraction, seed) for fraction in FRACTIONS[:-1] for task in args.tasks if task == "ner"
+             for seed in args.seeds]
+    cells += [(task, 1.0, seed) for seed in args.seeds for task in args.tasks]
     runs = []
-    for task in args.tasks:
+    for task, fraction, seed in cells:
         train, dev, test = (str(p) for p in f[task])
-        fractions = FRACTIONS if task == "ner" else [1.0]
-        for fraction in fractions:
-            for seed in args.seeds:
-                for arm in ("static", "elmo"):
-                    name = f"{task}-{arm}-{fraction:g}-s{seed}.json"
-                    cmd = ["task", "train", task, "--train", train, "--dev", dev, "--test", test,
-                           *(elmo if arm == "elmo" else ["--elmo", "none"]), "--static", str(args.static),
-                           "--seed", str(seed), *common, *train_extra, *args.train_args.get(task, [])]
-                    if fraction < 1:
-                        # fewer sentences need more passes to reach the same number of updates
-                        cmd += ["--train-fraction", f"{fraction:g}", *args.low_resource.get(fraction, [])]
-                    if arm == "elmo" and args.output_mix:
-                        cmd.append("--output-mix")
-                    if task == "ner" and fraction == 1.0 and seed == args.seeds[0]:
-                        cmd += ["--save", str(args.out / name.replace(".json", ".model.pt"))]  # for `elmo lab --ner`
-                    runs.append((name, cmd))
+        for arm in ("static", "elmo"):
+            name = f"{task}-{arm}-{fraction:g}-s{seed}.json"
+            cmd = ["task", "train", task, "--train", train, "--dev", dev, "--test", test,
+                   *(elmo if arm == "elmo" else ["--elmo", "none"]), "--static", str(args.static),
+                   "--seed", str(seed), *common, *train_extra, *args.train_args.get(task, [])]
+            if fraction < 1:
+                # fewer sentences need more passes to reach the same number of updates
+                cmd += ["--train-fraction", f"{fraction:g}", *args.low_resource.get(fraction, [])]
+            if arm == "elmo" and args.output_mix:
+                cmd.append("--output-mix")
+            if task == "ner" and fraction == 1.0 and seed == args.seeds[0]:
+                cmd += ["--save", str(args.out / name.replace(".json", ".model.pt"))]  # for `elmo lab --ner`
+            runs.append((name, cmd))
     if args.probes:
         for data_name in ("pos-ptb", "pos-ud"):
             train, dev, test = f[data_name]
