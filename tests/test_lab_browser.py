@@ -5,7 +5,9 @@ screenshot of each panel.
 Uses the system Chromium (Debian's `chromium`; $ELMO_LAB_CHROMIUM to point elsewhere) driven by
 Playwright; skips only when no browser or no Playwright is installed. ELMO_LAB_SCREENSHOTS=1 writes
 docs/lab/panel-N.png; ELMO_LAB_MODEL=DIR runs on another model (e.g. the bundled default) instead
-of the fixture with its test-only softmax.
+of the fixture with its test-only softmax. Panel 4 runs two real NER taggers (with and without ELMo):
+small ones trained here on a slice of CoNLL-2003, or the files in $ELMO_LAB_NER and
+$ELMO_LAB_NER_BASELINE (e.g. the task grid's seed-1 taggers, for the screenshots).
 """
 
 from __future__ import annotations
@@ -48,6 +50,30 @@ def elmo_command() -> list[str]:
     return [shutil.which("elmo") or pytest.skip("the elmo command is not installed")]
 
 
+def ner_taggers(folder: Path, model_args: list[str]) -> tuple[Path, Path]:
+    """(tagger with ELMo, tagger without): from the environment, or trained here in a few seconds."""
+    if os.environ.get("ELMO_LAB_NER") and os.environ.get("ELMO_LAB_NER_BASELINE"):
+        return Path(os.environ["ELMO_LAB_NER"]), Path(os.environ["ELMO_LAB_NER_BASELINE"])
+    need_module("gensim")
+    need_module("seqeval")
+    from conftest import DATA, need
+    from elmo.cli import main
+    conll = need(DATA / "conll2003")
+    vectors = folder / "w2v.bin"
+    assert main(["static", "train", str(need(DATA / "wiki_corpus" / "valid.txt")), "-o", str(vectors), "--dim", "16",
+                 "--min-count", "1", "--epochs", "1", "--max-sentences", "400", "--workers", "1"]) == 0
+    files = ["--train", str(conll / "eng.train.gz"), "--dev", str(conll / "eng.testa.gz"),
+             "--test", str(conll / "eng.testb.gz"), "--static", str(vectors), "--cache-dir", str(folder / "cache"),
+             "--limit", "48", "--hidden", "16", "--char-filters", "8", "--batch-size", "8", "--epochs", "3",
+             "--lr", "0.01", "--threads", "1"]
+    with_elmo, without = folder / "ner-elmo.pt", folder / "ner-static.pt"
+    elmo = model_args[:4] if model_args[0] == "--options" else ["--elmo", model_args[1]]
+    for arm, path in ((elmo, with_elmo), (["--elmo", "none"], without)):
+        assert main(["task", "train", "ner", *files, *arm, "--out", str(path.with_suffix(".json")),
+                     "--save", str(path)]) == 0
+    return with_elmo, without
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """`elmo lab` on a free port; yields (url, options, weights, vocab, softmax)."""
@@ -64,8 +90,10 @@ def server(tmp_path_factory):
         model_args = ["--options", str(options), "--weights", str(weights), "--vocab", str(vocab),
                       "--softmax", str(softmax)]
         paths = (options, weights, vocab, softmax)
+    taggers = ner_taggers(folder, model_args)
     log = open(folder / "stderr.txt", "w+")
-    proc = subprocess.Popen(elmo_command() + ["lab", *model_args, "--data", str(data), "--reference-size", SIZE,
+    proc = subprocess.Popen(elmo_command() + ["lab", *model_args, "--ner", str(taggers[0]),
+                                              "--ner-baseline", str(taggers[1]), "--data", str(data), "--reference-size", SIZE,
                                               "--cache-dir", str(shared_cache(tmp_path_factory)), "--port", "0",
                                               "--no-browser"],
                             stdout=subprocess.PIPE, stderr=log, text=True)
@@ -82,7 +110,7 @@ def server(tmp_path_factory):
         proc.kill()
         log.seek(0)
         pytest.fail(f"elmo lab did not print its URL; stderr:\n{log.read()}")
-    yield url, paths
+    yield url, paths, taggers
     proc.terminate()
     try:
         proc.wait(timeout=10)
@@ -123,7 +151,7 @@ def cos(a, b):
 
 
 def test_every_panel_shows_model_numbers(server, page):
-    url, (options, weights, vocab, softmax) = server
+    url, (options, weights, vocab, softmax), (ner, ner_baseline) = server
     embedder = Embedder.from_files(options, weights)
     v = bank_layers(embedder)
     top = v.shape[1] - 1
@@ -145,13 +173,22 @@ def test_every_panel_shows_model_numbers(server, page):
     norms = [float(t) for t in page.locator("#p2-out .stage .norm").all_inner_texts()]
     assert norms[-4] == pytest.approx(np.linalg.norm(layer1[:half]), abs=2e-3)
 
-    # 3: equal weights, then the top-layer slider moved: the page recomputes live.
+    # 3: the NER tagger's learned mix first; then equal weights, and the top-layer slider moved: the page
+    # recomputes live.
     def across(w):
         s = ScalarMix(len(w), initial_scalar_parameters=w)
         import torch
         mixed = s([torch.from_numpy(v[:, j]) for j in range(len(w))]).detach().numpy()
         return np.mean([cos(mixed[a], mixed[b]) for a in (0, 1) for b in (2, 3)])
 
+    from elmo.tasks import load_tagger
+    learned = load_tagger(ner).layer_weights()["input"]["weights"]
+    shown = [float(x) for x in page.locator("#p3-weights").inner_text().split(" · ")]
+    assert shown == pytest.approx(learned, abs=1.5e-3)
+    page.select_option("#p3-preset", label="equal weights (a shape, not learned)")
+    need_module("playwright.sync_api").expect(page.locator("#p3-weights")).to_have_text(
+        " · ".join(["0.333"] * 3), timeout=30_000)
+    page.wait_for_selector("#p3[data-state=ready]")
     assert page.locator("#p3-weights").inner_text() == " · ".join(["0.333"] * 3)
     assert number(page, "#p3-across") == pytest.approx(across([0.0] * 3), abs=2e-3)
     page.locator("#p3-sliders input").nth(top).fill("3")
@@ -160,13 +197,18 @@ def test_every_panel_shows_model_numbers(server, page):
     page.wait_for_selector("#p3[data-state=ready]")
     assert number(page, "#p3-across") == pytest.approx(across([0.0, 0.0, 3.0]), abs=2e-3)
 
-    # 4: [x; ELMo]: the ELMo half per token (equal mix), and why the taggers are not there yet.
+    # 4: [x; ELMo] as the ELMo tagger computes it, and both taggers' predictions per token.
     tokens = tokenize(page.locator("#p4-sentence").input_value())
-    assert page.locator("#p4-rows tbody tr").count() == len(tokens)
-    equal = embedder.embed_sentence(tokens)[:, 0].mean(0)
-    first = page.locator("#p4-rows tbody tr").first.locator(".elmo-dim").inner_text()
-    assert float(re.search(r"length ([\d.]+)", first).group(1)) == pytest.approx(np.linalg.norm(equal), abs=2e-3)
-    assert "not available yet" in page.locator("#p4-out").inner_text()
+    rows = page.locator("#p4-rows tbody tr")
+    assert rows.count() == len(tokens)
+    with_elmo, without = load_tagger(ner), load_tagger(ner_baseline)
+    parts = with_elmo.input_parts(tokens)
+    first = rows.first.locator(".elmo-dim").inner_text()
+    assert float(re.search(r"length ([\d.]+)", first).group(1)) == pytest.approx(
+        np.linalg.norm(parts["elmo"][0]), abs=2e-3)
+    cells = [row.locator("td").all_inner_texts() for row in rows.all()]
+    assert [c[-2] for c in cells] == without.predict(tokens) and [c[-1] for c in cells] == with_elmo.predict(tokens)
+    assert "not available yet" not in page.locator("#p4-out").inner_text()
 
     # 5: cluster purity per layer, and the toggle to layer 2.
     import json

@@ -66,6 +66,9 @@ def test_ner_both_arms_and_load_tagger(tmp_path, fixture_elmo, vectors):
         tags = tagger.predict(tokens)
         assert len(tags) == len(tokens) and set(tags) <= labels
     assert with_elmo.layer_weights() == m["scalar_mix"]  # the saved mix, exposed for presets
+    parts, static_parts = with_elmo.input_parts(tokens), without.input_parts(tokens)
+    assert parts["word"].shape == (len(tokens), 16 + 8) and parts["elmo"].shape == (len(tokens), 32)
+    assert list(static_parts) == ["word"] and static_parts["word"].shape == (len(tokens), 16 + 8)
 
 
 def test_pos_and_sst5_train(tmp_path, fixture_elmo, vectors):

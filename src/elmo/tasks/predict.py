@@ -4,6 +4,7 @@
     >>> tagger.predict(["U.N.", "official", "Ekeus", "heads", "for", "Baghdad", "."])
     ['B-ORG', 'O', 'B-PER', 'O', 'O', 'B-LOC', 'O']
     >>> tagger.layer_weights()   # the learned scalar mix: {"input": {"weights": [...], "gamma": g}, ...}
+    >>> tagger.input_parts(tokens)  # the paper's [x; ELMo] halves per token: {"word": ..., "elmo": ...}
 """
 
 from __future__ import annotations
@@ -102,6 +103,13 @@ class TaskModel:
         names = self.config.labels
         out = self.model.decode(self._batch(sentences))
         return [[names[k] for k in o] if isinstance(o, list) else names[o] for o in out]
+
+    @torch.no_grad()
+    def input_parts(self, tokens: Sequence[str]) -> dict[str, torch.Tensor]:
+        """What a tagger's encoder reads for each token, in halves: {"word": (n, dx), "elmo": (n, de)}."""
+        if self.config.kind != "tagger":
+            raise InputError(f"{self.path}: input_parts() is for taggers; this is a {self.config.kind}")
+        return {k: v[0].cpu() for k, v in self.model.input_parts(self._batch([list(tokens)])).items()}
 
     def predict(self, tokens: Sequence[str]):
         if isinstance(tokens, str):

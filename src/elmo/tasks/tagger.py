@@ -29,11 +29,19 @@ class Tagger(nn.Module):
         self.scores = nn.Linear(out_dim, len(cfg.labels))
         self.crf = CRF(len(cfg.labels), *bio_constraints(cfg.labels)) if cfg.crf else None
 
-    def emissions(self, batch: Batch) -> torch.Tensor:
-        parts = [p for p in [self.words(batch)] if p is not None]
+    def input_parts(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """The encoder's input in its two halves, the paper's [x; ELMo]: {"word": x, "elmo": mixed layers}."""
+        parts = {}
+        x = self.words(batch)
+        if x is not None:
+            parts["word"] = x
         if self.input_mix is not None:
-            parts.append(mix_layers(self.input_mix, batch.elmo, batch.mask))
-        h = run_lstm(self.encoder, self.dropout(torch.cat(parts, dim=-1)), batch.mask)
+            parts["elmo"] = mix_layers(self.input_mix, batch.elmo, batch.mask)
+        return parts
+
+    def emissions(self, batch: Batch) -> torch.Tensor:
+        x = torch.cat(list(self.input_parts(batch).values()), dim=-1)
+        h = run_lstm(self.encoder, self.dropout(x), batch.mask)
         if self.output_mix is not None:
             h = torch.cat([h, mix_layers(self.output_mix, batch.elmo, batch.mask)], dim=-1)
         return self.scores(self.dropout(h))

@@ -15,8 +15,9 @@ export function init(info) {
   $("p3-preset-note").textContent = learned.length ? `learned mixes from: ${info.presets.map(p => p.source).join(", ")}` :
     "Learned mixes (NER, POS, SST-5): not available yet: no task models were given (start the lab with --ner PATH or --preset NAME=PATH).";
   const sliders = [];
-  for (let j = 0; j < L; j++) sliders.push(slider(`w${j} (layer ${j})`, -6, 6, 0.1, 0));
-  sliders.push(slider("γ (scale)", 0, 3, 0.05, 1));
+  // step "any": a learned preset must load exactly, not snapped to the slider's grid
+  for (let j = 0; j < L; j++) sliders.push(slider(`w${j} (layer ${j})`, -6, 6, "any", 0));
+  sliders.push(slider("γ (scale)", 0, 3, "any", 1));
   $("p3-sliders").replaceChildren(...sliders.map(x => x.el));
   const apply = i => { const [, w, g] = all[i]; w.forEach((v, j) => sliders[j].set(v)); sliders[L].set(g); };
   $("p3-preset").addEventListener("change", e => { apply(Number(e.target.value)); go(); });
