@@ -6,6 +6,7 @@ Grid: NER (CoNLL-2003), POS (UD EWT UPOS), SST-5 - static baseline vs +ELMo, 3 s
 per biLM layer. Every run writes its own metrics JSON under --out and is skipped when that file
 exists, so the grid can be stopped and resumed. Every number in the report comes from those files,
 next to the exact command that produced it.
+Several copies of the same command share the grid: each takes the next run no live process holds.
 
     python scripts/run_results.py --elmo default                      # the full grid (hours on a CPU)
     python scripts/run_results.py --render-only                       # rewrite docs from what exists
@@ -19,6 +20,7 @@ import json
 import os
 import shlex
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -75,7 +77,7 @@ def plan(args) -> list[tuple[str, list[str]]]:
     common += ["--limit", str(args.limit)] if args.limit else []
     train_extra = args.train_args.get("all", [])
     # Low-resource NER runs first (cheap), then the full-data runs seed by seed, so every table row has a
-    # first reading before the second seed starts. Arms alternate, so `--shard 0/2` and `1/2` split them.
+    # first reading before the second seed starts. Several processes share the grid (see `claim`).
     cells = [(task, fraction, seed) for fraction in FRACTIONS[:-1] for task in args.tasks if task == "ner"
              for seed in args.seeds]
     cells += [(task, 1.0, seed) for seed in args.seeds for task in args.tasks]
@@ -130,11 +132,58 @@ def run_grid(args, runs) -> None:
         target = args.out / name
         if target.exists() or (i - 1) % args.shard[1] != args.shard[0]:
             continue
-        cmd = cmd + ["--out", str(target)]
-        print(f"[{i}/{len(runs)}] + elmo {shlex.join(cmd)}", flush=True)
-        started = time.time()
-        _run(args, cmd)
-        print(f"    done in {time.time() - started:.0f}s", flush=True)
+        lock = claim(target)
+        if lock is None:
+            print(f"[{i}/{len(runs)}] {name}: running in another process", flush=True)
+            continue
+        try:
+            if target.exists():  # finished by another process after our first look
+                continue
+            cmd = cmd + ["--out", str(target)]
+            print(f"[{i}/{len(runs)}] + elmo {shlex.join(cmd)}", flush=True)
+            started = time.time()
+            _run(args, cmd)
+            print(f"    done in {time.time() - started:.0f}s", flush=True)
+        finally:
+            lock.unlink(missing_ok=True)
+
+
+def claim(target: Path) -> Path | None:
+    """Take a run for this process: a lock file beside its metrics, created exclusively, naming host and pid.
+
+    So several copies of the same command share the grid, each taking the next run nobody holds. A lock
+    whose process is gone (a killed run) is taken over; one from another host is respected.
+    """
+    lock = target.with_name(f".{target.name}.lock")
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            if _lock_alive(lock):
+                return None
+            lock.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{socket.gethostname()} {os.getpid()}\n")
+        return lock
+    return None
+
+
+def _lock_alive(lock: Path) -> bool:
+    try:
+        host, pid = lock.read_text().split()
+        if host != socket.gethostname():
+            return True
+        os.kill(int(pid), 0)
+    except FileNotFoundError:
+        return False
+    except ValueError:  # being written right now, or a crash between create and write
+        return time.time() - lock.stat().st_mtime < 60 if lock.exists() else False
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by another user
+        return True
+    return True
 
 
 def _run(args, cmd: list[str]) -> None:
@@ -246,7 +295,8 @@ def render(args, runs) -> str:
         f"{len(done)} of {len(runs)} runs present"
         + (f", {sum(load(args.out, n).get('seconds', 0) for n in done) / 3600:.1f} h of wall-clock time." if done else "."),
         "",
-        "Reproduce (resumable: finished runs are skipped; `--shard k/N` shares the grid between N processes): "
+        "Reproduce (resumable: finished runs are skipped; start the same command N times and the N processes "
+        "share the grid, each taking the next run nobody holds): "
         f"`python scripts/run_results.py --elmo {args.elmo} --static {args.static} --out {args.out} "
         f"--cache-dir {args.cache_dir}`; "
         "`--render-only` rewrites this page from the metrics files.",

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import socket
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -69,3 +73,23 @@ def test_shards_partition_the_grid(tmp_path, monkeypatch):
     for bad in ("3/3", "x", "1/0", "-1/2"):
         with pytest.raises(Exception, match="expected"):
             script.shard(bad)
+
+
+def test_processes_share_the_grid_through_lock_files(tmp_path, monkeypatch):
+    """A run held by a live process is left to it; a lock left by a killed process is taken over."""
+    script = _script()
+    static, out = tmp_path / "w2v.bin", tmp_path / "r"
+    static.write_bytes(b"")
+    out.mkdir()
+    args = script.parse_args(["--out", str(out), "--static", str(static)])
+    runs = script.plan(args)
+    held, stale = runs[0][0], runs[1][0]
+    (out / f".{held}.lock").write_text(f"{socket.gethostname()} {os.getpid()}\n")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (out / f".{stale}.lock").write_text(f"{socket.gethostname()} {gone.pid}\n")
+    ran = []
+    monkeypatch.setattr(script, "_run", lambda args, cmd: ran.append(os.path.basename(cmd[cmd.index("--out") + 1])))
+    script.run_grid(args, runs)
+    assert ran == [name for name, _ in runs if name != held]
+    assert [p.name for p in out.glob(".*.lock")] == [f".{held}.lock"]  # ours are released when a run ends
