@@ -7,7 +7,8 @@ Playwright; skips only when no browser or no Playwright is installed. ELMO_LAB_S
 docs/lab/panel-N.png; ELMO_LAB_MODEL=DIR runs on another model (e.g. the bundled default) instead
 of the fixture with its test-only softmax. Panel 4 runs two real NER taggers (with and without ELMo):
 small ones trained here on a slice of CoNLL-2003, or the files in $ELMO_LAB_NER and
-$ELMO_LAB_NER_BASELINE (e.g. the task grid's seed-1 taggers, for the screenshots).
+$ELMO_LAB_NER_BASELINE (e.g. the task grid's seed-1 taggers, for the screenshots); $ELMO_LAB_PRESETS
+adds panel 3 presets (comma-separated NAME=PATH, as `elmo lab --preset`).
 """
 
 from __future__ import annotations
@@ -92,8 +93,9 @@ def server(tmp_path_factory):
         paths = (options, weights, vocab, softmax)
     taggers = ner_taggers(folder, model_args)
     log = open(folder / "stderr.txt", "w+")
+    presets = [a for item in os.environ.get("ELMO_LAB_PRESETS", "").split(",") if item for a in ("--preset", item)]
     proc = subprocess.Popen(elmo_command() + ["lab", *model_args, "--ner", str(taggers[0]),
-                                              "--ner-baseline", str(taggers[1]), "--data", str(data), "--reference-size", SIZE,
+                                              "--ner-baseline", str(taggers[1]), *presets, "--data", str(data), "--reference-size", SIZE,
                                               "--cache-dir", str(shared_cache(tmp_path_factory)), "--port", "0",
                                               "--no-browser"],
                             stdout=subprocess.PIPE, stderr=log, text=True)
