@@ -42,7 +42,7 @@ export async function run(section, out, job) {
   out.replaceChildren(h("p", {class: "busy"}, "Computing…"));
   try {
     const nodes = await job();
-    out.replaceChildren(...[nodes].flat());
+    out.replaceChildren(...[nodes].flat().filter(n => n !== null && n !== undefined));  // panels leave out what is absent
     section.dataset.state = "ready";
   } catch (e) {
     out.replaceChildren(h("p", {class: "error"}, e.message));
