@@ -1,0 +1,58 @@
+"""Where one LSTM time step of the `original` shapes spends its time (embedding, batch 64).
+
+The per-step work is the recurrent GEMM (4H x P @ P x n, transposed as in `LstmLayer.forward`), the
+gate elementwise math and the projection (P x H @ H x n). Prints ms per step for each and their
+GFLOP/s, to compare with the large-GEMM rate `benchmarks/speed.py` reports. Run on an idle machine:
+
+    python benchmarks/lstm_step.py --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+
+def timed(fn, repeats: int) -> float:
+    for _ in range(5):
+        fn()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    return (time.perf_counter() - start) / repeats * 1e3
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--cell", type=int, default=4096)
+    p.add_argument("--projection", type=int, default=512)
+    p.add_argument("--rows", type=int, default=64, help="active sentences in the step")
+    p.add_argument("--repeats", type=int, default=50)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    H, P, n = args.cell, args.projection, args.rows
+    g = torch.Generator().manual_seed(0)
+    w_h, w_p = torch.randn(4 * H, P, generator=g) * 0.02, torch.randn(P, H, generator=g) * 0.02
+    pre, h, c = torch.randn(4 * H, n, generator=g), torch.randn(P, n, generator=g), torch.randn(H, n, generator=g)
+    z = torch.addmm(pre, w_h, h)
+
+    def gates():
+        i, j, f, o = z.chunk(4, dim=0)
+        c_t = (torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)).clamp(-3, 3)
+        return torch.sigmoid(o) * torch.tanh(c_t)
+
+    h_t = gates()
+    recurrent = timed(lambda: torch.addmm(pre, w_h, h), args.repeats)
+    elementwise = timed(gates, args.repeats)
+    projection = timed(lambda: (w_p @ h_t).clamp(-3, 3), args.repeats)
+    total = recurrent + elementwise + projection
+    print(f"{args.threads} thread(s), H={H} P={P} n={n}: ms per step: recurrent GEMM {recurrent:.2f} "
+          f"({2 * 4 * H * P * n / recurrent / 1e6:.0f} GFLOP/s), gates {elementwise:.2f} ({elementwise / total:.0%}), "
+          f"projection {projection:.2f} ({2 * H * P * n / projection / 1e6:.0f} GFLOP/s)")
+
+
+if __name__ == "__main__":
+    main()
