@@ -255,15 +255,16 @@ WHY_FAILED = {
 
 
 def bar_verdicts(args, probe_rows: list) -> list[str]:
-    """One line per bar of the issue: holds / does not hold / not measured yet, with its numbers."""
+    """One line per bar of the issue: holds / does not hold / not measured yet, with its numbers.
+
+    Gains are means over the seeds both arms have, so a seed present in one arm only cannot tilt them.
+    """
     def verdict(name: str, label: str, ok: bool | None, numbers: str, seeds: int = 0) -> str:
         state = "not measured yet" if ok is None else "**holds**" if ok else "**does not hold**"
         if ok is not None and seeds < len(args.seeds) and seeds:
             state += f" so far (provisional: {seeds} of {len(args.seeds)} seeds in some cells)"
         why = f" Why we think so: {WHY_FAILED[name]}" if ok is False else ""
         return f"- {label}: {state}{' (' + numbers + ')' if numbers else ''}.{why}"
-
-    # gains are means over the seeds both arms have, so a seed present in one arm only cannot tilt them
 
     gains, seeds = {}, [len(args.seeds)]
     for task in ("ner", "pos", "sst5"):

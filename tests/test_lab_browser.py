@@ -57,12 +57,10 @@ def ner_taggers(folder: Path, model_args: list[str]) -> tuple[Path, Path]:
         return Path(os.environ["ELMO_LAB_NER"]), Path(os.environ["ELMO_LAB_NER_BASELINE"])
     need_module("gensim")
     need_module("seqeval")
-    from conftest import DATA, need
+    from conftest import DATA, need, train_small_vectors
     from elmo.cli import main
     conll = need(DATA / "conll2003")
-    vectors = folder / "w2v.bin"
-    assert main(["static", "train", str(need(DATA / "wiki_corpus" / "valid.txt")), "-o", str(vectors), "--dim", "16",
-                 "--min-count", "1", "--epochs", "1", "--max-sentences", "400", "--workers", "1"]) == 0
+    vectors = train_small_vectors(folder / "w2v.bin")
     files = ["--train", str(conll / "eng.train.gz"), "--dev", str(conll / "eng.testa.gz"),
              "--test", str(conll / "eng.testb.gz"), "--static", str(vectors), "--cache-dir", str(folder / "cache"),
              "--limit", "48", "--hidden", "16", "--char-filters", "8", "--batch-size", "8", "--epochs", "3",

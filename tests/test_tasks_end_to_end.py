@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import ALLENNLP, DATA, need
+from conftest import ALLENNLP, DATA, need, train_small_vectors
 from elmo.cli import main
 
 pytest.importorskip("gensim", reason="the static baseline needs the tasks extra (gensim)")
@@ -24,10 +24,7 @@ def fixture_elmo() -> list[str]:
 
 @pytest.fixture(scope="module")
 def vectors(tmp_path_factory) -> str:
-    out = tmp_path_factory.mktemp("w2v") / "w2v.bin"
-    corpus = need(DATA / "wiki_corpus" / "valid.txt")
-    assert main(["static", "train", str(corpus), "-o", str(out), "--dim", "16", "--min-count", "1", "--epochs", "1",
-                 "--max-sentences", "400", "--workers", "1"]) == 0
+    out = train_small_vectors(tmp_path_factory.mktemp("w2v") / "w2v.bin")
     from elmo.tasks.static import load_vectors
     assert load_vectors(out).vector_size == 16
     return str(out)

@@ -21,16 +21,16 @@ def _summary(vec: np.ndarray, n: int = 12) -> dict:
 def tag(lab: LabModels, ref: ReferenceSet, payload: dict, limits: Limits) -> dict:
     """Panel 4: per token the concatenation [x; ELMo] and each available tagger's prediction."""
     tokens = sentence_tokens(field(payload, "sentence", (str, list)), limits)
-    layers = lab.embed([tokens])[0]  # (L+1, n, D)
     preset = next((p for p in lab.presets if p.name == "NER"), None)
     if preset and len(preset.scalar_parameters) == lab.num_layers:
         s, gamma, mix_name = softmax_weights(list(preset.scalar_parameters)), preset.gamma, "learned by the NER tagger"
     else:
         s, gamma, mix_name = np.full(lab.num_layers, 1.0 / lab.num_layers), 1.0, "equal weights (no learned mix given)"
-    elmo_vecs = gamma * np.einsum("j,jnd->nd", s, layers)
     parts = lab.taggers["elmo"].input_parts(tokens) if "elmo" in lab.taggers else None
     if parts and "elmo" in parts and parts["elmo"].shape[0] == len(tokens):
         elmo_vecs, mix_name = parts["elmo"], "as the NER tagger computes it"
+    else:  # no tagger to ask: mix the biLM's layers here
+        elmo_vecs = gamma * np.einsum("j,jnd->nd", s, lab.embed([tokens])[0])
     word_vecs = parts.get("word") if parts else None
     tags = {name: tagger.predict(tokens) for name, tagger in sorted(lab.taggers.items())}
     rows = []
