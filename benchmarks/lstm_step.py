@@ -52,6 +52,28 @@ def main() -> None:
     print(f"{args.threads} thread(s), H={H} P={P} n={n}: ms per step: recurrent GEMM {recurrent:.2f} "
           f"({2 * 4 * H * P * n / recurrent / 1e6:.0f} GFLOP/s), gates {elementwise:.2f} ({elementwise / total:.0%}), "
           f"projection {projection:.2f} ({2 * H * P * n / projection / 1e6:.0f} GFLOP/s)")
+    print("recurrent GEMM with a weight packed once (inference-only alternatives, GFLOP/s):")
+    for name, fn in prepacked_variants(w_h, h).items():
+        print(f"  {name}: " + (f"{2 * 4 * H * P * n / timed(fn, args.repeats) / 1e6:.0f}" if fn else "not available"))
+
+
+def prepacked_variants(w_h: torch.Tensor, h: torch.Tensor) -> dict:
+    """The per-step product h^T @ W_h with the weight reordered ahead of time, as MKL and oneDNN offer."""
+    h_rows = h.t().contiguous()
+    variants = {}
+    try:
+        packed = torch.ops.mkl._mkl_reorder_linear_weight(w_h, h_rows.shape[0])
+        variants["MKL packed GEMM (torch.ops.mkl._mkl_linear)"] = (
+            lambda: torch.ops.mkl._mkl_linear(h_rows, packed, w_h, None, h_rows.shape[0]))
+    except (RuntimeError, AttributeError):
+        variants["MKL packed GEMM (torch.ops.mkl._mkl_linear)"] = None
+    try:
+        w_onednn = w_h.to_mkldnn()
+        variants["oneDNN linear, weight in oneDNN layout (incl. converting h)"] = (
+            lambda: torch._C._nn.mkldnn_linear(h_rows.to_mkldnn(), w_onednn).to_dense())
+    except (RuntimeError, AttributeError):
+        variants["oneDNN linear, weight in oneDNN layout (incl. converting h)"] = None
+    return variants
 
 
 if __name__ == "__main__":
