@@ -229,12 +229,18 @@ def scores(args, task: str, arm: str, fraction: float) -> list[float]:
     return [main_score(m) for m in found if m]
 
 
-def paired_gain(args, task: str, fraction: float) -> tuple[float, int] | None:
-    """Mean +ELMo minus static score over the seeds both arms have, and how many seeds that is."""
+def paired_gain(args, task: str, fraction: float) -> tuple[float, int, int] | None:
+    """Mean +ELMo minus static score over the seeds both arms have, how many seeds that is, and in
+    how many of them +ELMo is ahead (a gain smaller than the seed-to-seed spread shows up here)."""
     pairs = [(load(args.out, f"{task}-static-{fraction:g}-s{s}.json"), load(args.out, f"{task}-elmo-{fraction:g}-s{s}.json"))
              for s in args.seeds]
     diffs = [main_score(e) - main_score(b) for b, e in pairs if b and e]
-    return (statistics.mean(diffs), len(diffs)) if diffs else None
+    return (statistics.mean(diffs), len(diffs), sum(d > 0 for d in diffs)) if diffs else None
+
+
+def describe_gain(gain: tuple[float, int, int]) -> str:
+    mean, seeds, ahead = gain
+    return f"{mean:+.2f}, ahead in {ahead} of {seeds} seed{'s' if seeds > 1 else ''}"
 
 
 # Why we think a bar fails, shown only when it does (the verdict itself is computed).
@@ -270,18 +276,18 @@ def bar_verdicts(args, probe_rows: list) -> list[str]:
     for task in ("ner", "pos", "sst5"):
         found = paired_gain(args, task, 1.0)
         if found:
-            gains[task], n = found
-            seeds.append(n)
-    every = None if len(gains) < 3 else all(g > 0 for g in gains.values())
-    if gains and any(g <= 0 for g in gains.values()):
+            gains[task] = found
+            seeds.append(found[1])
+    every = None if len(gains) < 3 else all(g[0] > 0 for g in gains.values())
+    if gains and any(g[0] <= 0 for g in gains.values()):
         every = False
     lines = [verdict("every task", "+ELMo beats the static baseline on every task", every,
-                     ", ".join(f"{t} {g:+.2f}" for t, g in gains.items()) + (" so far" if 0 < len(gains) < 3 else ""),
+                     "; ".join(f"{t} {describe_gain(g)}" for t, g in gains.items()) + (" so far" if 0 < len(gains) < 3 else ""),
                      min(seeds))]
     low, full = paired_gain(args, "ner", FRACTIONS[0]), paired_gain(args, "ner", 1.0)
     ok, numbers, counted = None, "", 0
     if low and full:
-        ok, numbers = low[0] > full[0], f"gain {low[0]:+.2f} F1 at 1%, {full[0]:+.2f} at 100%"
+        ok, numbers = low[0] > full[0], f"gain at 1%: {describe_gain(low)}; at 100%: {describe_gain(full)} (F1)"
         counted = min(low[1], full[1])
     lines.append(verdict("low resource", "The gain is larger at 1% of the NER data than at 100%", ok, numbers, counted))
     score = {(p, layer): v for p, layer, v in probe_rows}
