@@ -404,7 +404,10 @@ def render(args, runs) -> str:
         lines.append("| | | | | | |")
     lines += ["", "![Learned layer weights per task](results_layer_weights.png)", "",
               "## The bars this is held to", "",
-              "Each verdict is computed from the metrics files when the page is rendered; a gain is the mean over the seeds both arms have.", "",
+              "Each verdict is computed from the metrics files when the page is rendered; a gain is the mean over the seeds both arms have. "
+              "A verdict says which way the means point, not that the difference is beyond chance: with three seeds, "
+              "a gain smaller than the arms' std (the tables above) is within seed-to-seed noise, and \"ahead in k of n "
+              "seeds\" says how consistent it is.", "",
               *bar_verdicts(args, probe_rows), "",
               "## Commands", "", "Every number above comes from the metrics file named in its command.", "",
               "```"]
