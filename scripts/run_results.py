@@ -204,8 +204,8 @@ def load(out: Path, name: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def main_score(m: dict) -> float:
-    return m["test"][m["metric"]]
+def main_score(m: dict, split: str = "test") -> float:
+    return m[split][m["metric"]]
 
 
 def mean_std(values: list[float]) -> str:
@@ -224,9 +224,9 @@ def reduction(base: list[float], elmo: list[float]) -> str:
     return f"{100 * (eb - ee) / eb:.1f}%" if eb > 0 else ""
 
 
-def scores(args, task: str, arm: str, fraction: float) -> list[float]:
+def scores(args, task: str, arm: str, fraction: float, split: str = "test") -> list[float]:
     found = [load(args.out, f"{task}-{arm}-{fraction:g}-s{s}.json") for s in args.seeds]
-    return [main_score(m) for m in found if m]
+    return [main_score(m, split) for m in found if m]
 
 
 def paired_gain(args, task: str, fraction: float) -> tuple[float, int, int] | None:
@@ -296,8 +296,7 @@ def bar_verdicts(args, probe_rows: list) -> list[str]:
                      "; ".join(f"{t} {describe_gain(g)}" for t, g in gains.items()) + (" so far" if 0 < len(gains) < 3 else ""),
                      min(seeds))]
     for task in behind:  # is the selection set of the same opinion? then it is not a test-set accident
-        dev = {arm: [m["dev"][m["metric"]] for m in (load(args.out, f"{task}-{arm}-1-s{s}.json") for s in args.seeds) if m]
-               for arm in ("static", "elmo")}
+        dev = {arm: scores(args, task, arm, 1.0, split="dev") for arm in ("static", "elmo")}
         lines[-1] += (f" {TASK_WHY[task]} On {task} the dev set, where epochs are chosen, agrees: static "
                       f"{statistics.mean(dev['static']):.2f}, +ELMo {statistics.mean(dev['elmo']):.2f} (mean over seeds).")
     low, full = paired_gain(args, "ner", FRACTIONS[0]), paired_gain(args, "ner", 1.0)
