@@ -23,7 +23,7 @@ from elmo.training.data import (
     expand_corpus,
     read_sentences,
 )
-from elmo.training.softmax import LogUniformSampler, Sample, Softmax
+from elmo.training.softmax import LogUniformSampler, Sample, Softmax, softmax_nll
 from elmo.training.trainer import TrainSettings, train
 from elmo.training.vocab import Vocab, build_vocab, write_vocab
 
@@ -279,6 +279,50 @@ def test_sampled_softmax_equals_direct_reference():
         want = -true + math.log(math.exp(true) + sum(math.exp(v) for v in negatives))
         assert got[row].item() == pytest.approx(want, rel=1e-5, abs=1e-5)
     assert hits == 3  # the case covers accidental hits
+
+
+def test_fused_softmax_nll_matches_plain_autograd():
+    """softmax_nll (chunked, gradient formed in the forward pass) against the plain expression, in float64:
+    values and the gradients of h, W, bias and the extra logit, under a non-uniform upstream gradient."""
+    torch.manual_seed(0)
+    n, dim, vocab_size = 70, 6, 50
+    h = torch.randn(n, dim, dtype=torch.float64, requires_grad=True)
+    W = torch.randn(vocab_size, dim, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(vocab_size, dtype=torch.float64, requires_grad=True)
+    extra = torch.randn(n, dtype=torch.float64, requires_grad=True)
+    targets = torch.randint(0, vocab_size, (n,))
+    hit_rows = torch.tensor([3, 15, 16, 40, 69])  # on both sides of the 16-row chunk boundaries
+    hit_cols = torch.tensor([0, 7, 49, 7, 22])
+    upstream = torch.rand(n, dtype=torch.float64)
+    chunk = 16 * vocab_size * 8  # 16 rows of float64 logits: five chunks
+
+    def plain_full():
+        return torch.nn.functional.cross_entropy(h @ W.t() + bias, targets, reduction="none")
+
+    def plain_extra():
+        logits = (h @ W.t() + bias).index_put((hit_rows, hit_cols), torch.tensor(float("-inf"), dtype=torch.float64))
+        return torch.logaddexp(torch.logsumexp(logits, 1), extra) - extra
+
+    cases = [(plain_full, lambda: softmax_nll(h, W, bias, targets=targets, chunk_bytes=chunk)),
+             (plain_extra, lambda: softmax_nll(h, W, bias, extra=extra, hits=(hit_rows, hit_cols), chunk_bytes=chunk))]
+    for plain, fused in cases:
+        results = []
+        for f in (plain, fused):
+            inputs = (h, W, bias, extra)
+            value = f()
+            grads = torch.autograd.grad((value * upstream).sum(), inputs, allow_unused=True)
+            results.append((value.detach(), grads))
+        (want, want_grads), (got, got_grads) = results
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+        for g, w in zip(got_grads, want_grads):
+            if w is None:
+                assert g is None or not g.any()
+            else:
+                torch.testing.assert_close(g, w, rtol=0, atol=1e-12)
+        with torch.no_grad():
+            torch.testing.assert_close(fused(), want, rtol=0, atol=1e-12)  # evaluation: no gradient kept
+    with pytest.raises(ValueError, match="exactly one"):
+        softmax_nll(h, W, bias)
 
 
 def test_sample_expected_counts_without_rejections():

@@ -31,20 +31,98 @@ class Softmax(nn.Module):
         with torch.no_grad():
             nn.init.normal_(self.W, std=1.0 / math.sqrt(dim))
 
-    def full_nll(self, h: torch.Tensor, targets: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
-        """-log p(target | h) over the whole vocabulary, per row. Without grad, rows go in chunks."""
-        if not torch.is_grad_enabled() and h.shape[0] > chunk:
-            return torch.cat([self.full_nll(a, b, chunk) for a, b in zip(h.split(chunk), targets.split(chunk))])
-        logits = F.linear(h, self.W, self.b).float()
-        return F.cross_entropy(logits, targets, reduction="none")
+    def full_nll(self, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """-log p(target | h) over the whole vocabulary, per row."""
+        if torch.is_autocast_enabled(h.device.type):
+            logits = F.linear(h, self.W, self.b).float()
+            return F.cross_entropy(logits, targets, reduction="none")
+        return softmax_nll(h, self.W, self.b, targets=targets)
 
     def sampled_nll(self, h: torch.Tensor, targets: torch.Tensor, sample: Sample) -> torch.Tensor:
         """Per-row loss over [true class, sampled classes] logits, log-Q corrected, accidental hits removed."""
         true_logit = (h * self.W[targets]).sum(-1).float() + self.b[targets] - sample.log_expected(targets)
-        sampled_logits = F.linear(h, self.W[sample.ids], self.b[sample.ids]).float() - sample.log_expected_ids
         rows, cols = sample.hits(targets)
-        sampled_logits.index_put_((rows, cols), sampled_logits.new_tensor(float("-inf")))
-        return torch.logaddexp(torch.logsumexp(sampled_logits, dim=1), true_logit) - true_logit
+        sampled_bias = self.b[sample.ids] - sample.log_expected_ids
+        if torch.is_autocast_enabled(h.device.type):
+            sampled_logits = F.linear(h, self.W[sample.ids], sampled_bias).float()
+            sampled_logits.index_put_((rows, cols), sampled_logits.new_tensor(float("-inf")))
+            return torch.logaddexp(torch.logsumexp(sampled_logits, dim=1), true_logit) - true_logit
+        return softmax_nll(h, self.W[sample.ids], sampled_bias, extra=true_logit, hits=(rows, cols))
+
+
+def softmax_nll(h: torch.Tensor, W: torch.Tensor, bias: torch.Tensor, targets: torch.Tensor | None = None,
+                extra: torch.Tensor | None = None, hits: tuple[torch.Tensor, torch.Tensor] | None = None,
+                chunk_bytes: int = 1 << 26) -> torch.Tensor:
+    """Per row r, logsumexp over the logits h_r . W_c + bias_c minus the target's logit.
+
+    The target is either a column (`targets`) or one `extra` logit per row that joins the softmax
+    (the sampled softmax's true class); `hits` (rows, columns) are left out of the softmax. Same value
+    and gradients as the plain autograd expression, but the logits become their own gradient in place
+    in the forward pass, where autograd would make half a dozen passes over the (rows x columns)
+    matrix: at small P (the `tiny` preset) those passes cost more than the GEMMs. Rows go in chunks of
+    at most `chunk_bytes` of logits, which bounds the memory of evaluation (no gradient kept).
+    """
+    if (targets is None) == (extra is None):
+        raise ValueError("softmax_nll takes exactly one of targets= and extra=")
+    rows = max(16, chunk_bytes // max(1, W.shape[0] * h.element_size()))
+    hit_rows, hit_cols = hits if hits is not None else (None, None)
+    return _SoftmaxNLL.apply(h, W, bias, extra, targets, hit_rows, hit_cols, rows)
+
+
+class _SoftmaxNLL(torch.autograd.Function):
+    """`softmax_nll`'s computation: forward keeps G = d nll / d logits and G @ W; backward is two GEMMs."""
+
+    @staticmethod
+    def forward(ctx, h, W, bias, extra, targets, hit_rows, hit_cols, rows):
+        n = h.shape[0]
+        keep = any(ctx.needs_input_grad[:4])
+        grads = h.new_empty(n if keep else min(n, rows), W.shape[0])  # logits, then d nll / d logits in place
+        nll = h.new_empty(n)
+        extra_grad = h.new_empty(n) if extra is not None else None
+        gw = h.new_empty(n, W.shape[1]) if ctx.needs_input_grad[0] else None
+        if hit_rows is not None:
+            hit_rows, order = hit_rows.sort()
+            hit_cols = hit_cols[order]
+        for start in range(0, n, rows):
+            end = min(n, start + rows)
+            z = grads[start:end] if keep else grads[: end - start]
+            torch.addmm(bias, h[start:end], W.t(), out=z)
+            if hit_rows is not None:
+                lo, hi = torch.searchsorted(hit_rows, torch.tensor([start, end], device=hit_rows.device)).tolist()
+                z[hit_rows[lo:hi] - start, hit_cols[lo:hi]] = float("-inf")
+            if extra is not None:
+                picked = extra[start:end]
+                top = torch.maximum(z.amax(1), picked)
+            else:
+                picked = z.gather(1, targets[start:end, None]).squeeze(1)
+                top = z.amax(1)
+            z.sub_(top[:, None]).exp_()
+            total = z.sum(1)
+            if extra is not None:
+                extra_exp = (picked - top).exp()
+                total += extra_exp
+            nll[start:end] = total.log() + top - picked
+            if keep:
+                z.div_(total[:, None])
+                if extra is not None:
+                    extra_grad[start:end] = extra_exp / total - 1.0
+                else:
+                    z[torch.arange(end - start, device=z.device), targets[start:end]] -= 1.0
+                if gw is not None:
+                    torch.mm(z, W, out=gw[start:end])
+        if keep:
+            ctx.save_for_backward(h, grads, gw, extra_grad)
+        return nll
+
+    @staticmethod
+    def backward(ctx, grad_nll):
+        h, grads, gw, extra_grad = ctx.saved_tensors
+        need_h, need_w, need_bias, need_extra = ctx.needs_input_grad[:4]
+        grad_h = gw * grad_nll[:, None] if need_h else None
+        grad_w = grads.t() @ (h * grad_nll[:, None]) if need_w else None
+        grad_bias = grads.t() @ grad_nll if need_bias else None
+        grad_extra = extra_grad * grad_nll if need_extra else None
+        return grad_h, grad_w, grad_bias, grad_extra, None, None, None, None
 
 
 class Sample:
