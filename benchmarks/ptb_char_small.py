@@ -1,10 +1,12 @@
 """PTB word-level perplexity of a biLM the size of Kim et al. (2016)'s LSTM-Char-Small (test ppl 92.3).
 
 Kim et al.'s Small: char embedding 15, 525 tanh filters (25*w for widths 1-6), one highway layer,
-2 LSTM layers of 300, dropout 0.5, SGD at lr 1 halved whenever validation perplexity improves by
-less than 1, gradient norm clipped at 5, batch 20, unroll 35, 25 epochs. Here the same sizes train
-as a biLM with `elmo train` (both directions, full softmax, no skip connections). The one change:
-our LSTM input must be as wide as the LSTM, so the 525 highway outputs are projected to 300.
+2 LSTM layers of 300, dropout 0.5 between the LSTM layers and before the softmax (not on the
+first layer's input: `model/LSTMTDNN.lua` in yoonkim/lstm-char-cnn), SGD at lr 1 halved whenever
+validation perplexity improves by less than 1, gradient norm clipped at 5, batch 20, unroll 35,
+25 epochs. Here the same sizes train as a biLM with `elmo train` (both directions, full softmax, no
+skip connections, `--no-first-layer-dropout`). The one change: our LSTM input must be as wide as
+the LSTM, so the 525 highway outputs are projected to 300.
 
 Perplexity is per word over Mikolov's test set, end of sentence included (82,430 tokens), with one
 row reading the text in order and the LSTM state carried across sentences: the usual PTB protocol.
@@ -75,7 +77,7 @@ def main() -> None:
     for epoch in range(len(records) + 1, args.epochs + 1):
         train(TrainSettings(
             out=str(out), train=[str(data / "ptb.train.txt")], vocab=str(vocab), options=KIM_SMALL, seed=args.seed,
-            optimizer="sgd", lr=lr, clip_norm=5.0, dropout=0.5, batch_size=20, unroll_steps=35, sampled=False,
+            optimizer="sgd", lr=lr, clip_norm=5.0, dropout=0.5, first_layer_dropout=False, batch_size=20, unroll_steps=35, sampled=False,
             max_steps=epoch * per_epoch, threads=args.threads, device=device, checkpoint_every=min(per_epoch, 200), log_every=50,
             resume=latest_checkpoint(out) is not None))
         valid = score(out, data / "ptb.valid.txt", args.eval_lines, device)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import math
 from collections import Counter
 
@@ -13,6 +14,7 @@ from conftest import BILM_TF, need
 
 from elmo.cli import main as cli_main
 from elmo.errors import InputError, ModelFileError
+from elmo.options import BiLMConfig
 from elmo.training import TrainingError
 from elmo.training.checkpoint import list_checkpoints, load_checkpoint
 from elmo.training.data import (
@@ -23,6 +25,8 @@ from elmo.training.data import (
     expand_corpus,
     read_sentences,
 )
+from elmo.training.model import LanguageModel
+from elmo.training.presets import preset_options
 from elmo.training.softmax import LogUniformSampler, Sample, Softmax, softmax_nll
 from elmo.training.trainer import TrainSettings, train
 from elmo.training.vocab import Vocab, build_vocab, write_vocab
@@ -234,6 +238,30 @@ def test_resume_refuses_changed_settings(tmp_path, fixture_corpus):
     train(TrainSettings(out=str(tmp_path / "run"), resume=True, lr=0.05, max_steps=4, progress=False, threads=1))
     saved = load_checkpoint(list_checkpoints(tmp_path / "run")[-1][1])
     assert saved["step"] == 4 and [g["lr"] for g in saved["optimizer"]["param_groups"]] == [0.05]
+
+
+def test_first_layer_dropout_can_spare_the_token_vectors():
+    """bilm-tf drops out every LSTM layer's input; --no-first-layer-dropout (Kim et al. 2016) spares layer 1's."""
+    config = BiLMConfig.from_options(preset_options("tiny"))
+    for spare in (False, True):
+        model = LanguageModel(config, 10, dropout=0.9, first_layer_dropout=not spare).train()
+        stack = model.bilm.forward_lstm
+        seen = []
+        hooks = [layer.register_forward_pre_hook(lambda _, args, seen=seen: seen.append(args[0])) for layer in stack.layers]
+        x = torch.rand(2, 3, config.projection_dim) + 0.1
+        stack(x, torch.tensor([3, 3]))
+        for hook in hooks:
+            hook.remove()
+        assert torch.equal(seen[0], x) == spare
+        assert (seen[1] == 0).any()  # the layers above are dropped out either way
+
+
+def test_first_layer_dropout_is_kept_with_the_run(tmp_path, fixture_corpus):
+    data, vocab = fixture_corpus
+    train(settings(tmp_path, data, vocab, first_layer_dropout=False))
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["first_layer_dropout"] is False
+    with pytest.raises(InputError, match="--first-layer-dropout True: the run .* was started with False"):
+        train(TrainSettings(out=str(tmp_path / "run"), resume=True, first_layer_dropout=True, max_steps=4, progress=False))
 
 
 # --- softmax --------------------------------------------------------------------------------------

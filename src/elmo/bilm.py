@@ -188,6 +188,9 @@ class LstmLayer(nn.Module):
 class LstmStack(nn.Module):
     """One direction's stack of LSTM layers, with optional residuals and training-time input dropout.
 
+    Dropout hits every layer's input, as bilm-tf's DropoutWrapper; with `first_layer_dropout` off
+    it spares the first layer's (the token vectors), as Kim et al. (2016) do.
+
     Residual (doc 4.6): out_l = lstm_l(in_l) + in_l for l >= 2, where in_l is the (dropped-out)
     output of the layer below; the recurrent state carries the un-summed LSTM output.
     """
@@ -197,6 +200,7 @@ class LstmStack(nn.Module):
         self.config = config
         self.layers = nn.ModuleList(LstmLayer(config.projection_dim, config) for _ in range(config.n_layers))
         self.dropout = dropout
+        self.first_layer_dropout = True
 
     def forward(
         self, x: torch.Tensor, lengths: torch.Tensor, states: list[LstmState] | None = None
@@ -207,7 +211,7 @@ class LstmStack(nn.Module):
         outputs, finals = [], []
         inp = x
         for k, (layer, state) in enumerate(zip(self.layers, states)):
-            if self.training and self.dropout > 0:
+            if self.training and self.dropout > 0 and (k > 0 or self.first_layer_dropout):
                 inp = F.dropout(inp, self.dropout, training=True)
             out, final = layer(inp, lengths, state)
             if k > 0 and self.config.use_skip_connections:

@@ -19,17 +19,19 @@ class LanguageModel(nn.Module):
     """Per-position losses of the forward and backward LMs for one `Batch`.
 
     Dropout (training only) hits each LSTM layer's input and the top output before the softmax, as
-    bilm-tf's DropoutWrapper; there is none in the character encoder. With a sampler, training uses
+    bilm-tf's DropoutWrapper (the first layer's input only with `first_layer_dropout`); there is
+    none in the character encoder. With a sampler, training uses
     the sampled softmax, one fresh sample per direction per call; evaluation always uses the full one.
     """
 
     def __init__(self, config: BiLMConfig, vocab_size: int, dropout: float = 0.0, sampler: LogUniformSampler | None = None,
-                 bilm: BiLM | None = None, softmax: Softmax | None = None):
+                 bilm: BiLM | None = None, softmax: Softmax | None = None, first_layer_dropout: bool = True):
         super().__init__()
         self.bilm = bilm if bilm is not None else BiLM(config, char_rows=N_CODES)
         self.softmax = softmax if softmax is not None else Softmax(vocab_size, config.projection_dim)
         self.dropout = dropout
-        self.bilm.forward_lstm.dropout = self.bilm.backward_lstm.dropout = dropout
+        for stack in (self.bilm.forward_lstm, self.bilm.backward_lstm):
+            stack.dropout, stack.first_layer_dropout = dropout, first_layer_dropout
         self.sampler = sampler
 
     def forward(self, batch: Batch, states: States | None = None, streaming: bool = True

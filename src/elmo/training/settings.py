@@ -27,7 +27,7 @@ OPTION_KEYS = {
     "epochs": ("n_epochs", 10),
 }
 LR_DEFAULTS = {"adagrad": 0.2, "adam": 0.001, "sgd": 1.0}
-RUN_KEYS = {"optimizer": "adagrad", "batching": "stream", "seed": 0}  # kept in run.json
+RUN_KEYS = {"optimizer": "adagrad", "batching": "stream", "seed": 0, "first_layer_dropout": True}  # kept in run.json
 # How often to save and log (bilm-tf: every 1250 batches, 2 kept); a resumed run keeps its own unless told.
 CONTROL_DEFAULTS = {"checkpoint_every": 1250, "checkpoint_minutes": 30.0, "keep_checkpoints": 2, "log_every": 10}
 CAN_CHANGE_ON_RESUME = ("max_steps", "epochs", "lr")  # a new --lr applies from the resumed step on
@@ -45,6 +45,7 @@ class TrainSettings:
     batch_size: int | None = None
     unroll_steps: int | None = None
     dropout: float | None = None
+    first_layer_dropout: bool | None = None
     clip_norm: float | None = None
     lr: float | None = None
     optimizer: str | None = None
@@ -115,7 +116,7 @@ def resumed_run(s: TrainSettings, out: Path) -> tuple[dict, dict, Vocab]:
     run = json.loads((out / RUN_FILE).read_text(encoding="utf-8"))
     options = read_options(out / OPTIONS_NAME).to_options()
     stored = {name: options.get(key) for name, (key, _) in OPTION_KEYS.items()}
-    stored.update({name: run.get(name) for name in RUN_KEYS}, lr=options.get("learning_rate"), train=run.get("train"))
+    stored.update({name: run.get(name, default) for name, default in RUN_KEYS.items()}, lr=options.get("learning_rate"), train=run.get("train"))
     for name, old in stored.items():
         new = getattr(s, name)
         if new is not None and name not in CAN_CHANGE_ON_RESUME and new != old:

@@ -58,7 +58,8 @@ def _build_model(options: dict, vocab: Vocab, run: dict, rank: int, init: bool =
     sampler = None
     if options["sample_softmax"] and options["n_negative_samples_batch"] < len(vocab):
         sampler = LogUniformSampler(len(vocab), options["n_negative_samples_batch"], generator)
-    model = LanguageModel(config, len(vocab), dropout=options["dropout"], sampler=sampler)
+    model = LanguageModel(config, len(vocab), dropout=options["dropout"], sampler=sampler,
+                          first_layer_dropout=run.get("first_layer_dropout", True))
     if init and run.get("init_from"):
         files = ModelFiles.from_dir(run["init_from"])
         state = load_bilm(files.options_file, files.weight_file).state_dict()
