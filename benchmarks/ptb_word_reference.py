@@ -1,0 +1,103 @@
+"""A yardstick for the PTB biLM's learning curve: a plain word-level LSTM LM with Kim et al.'s recipe.
+
+Two LSTM layers of 300 over 300-dim word embeddings (`nn.LSTM`, nothing from this package), dropout
+0.5 between the layers and before the softmax, all weights uniform in [-0.05, 0.05], SGD at lr 1,
+gradient norm clipped at 5, the loss summed over 35 steps of batch means; the corpus read in order
+as 20 contiguous streams (Zaremba et al. / Kim et al. batching). Prints the training perplexity
+every 50 steps and the validation perplexity (in order, state carried) after each epoch, so the
+first epochs of `ptb_char_small.py` can be compared with what this recipe gives a plain model.
+
+    python benchmarks/ptb_word_reference.py --epochs 1 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+SHARED = Path(os.environ.get("ELMO_SHARED", Path(__file__).resolve().parents[1].parent / "shared"))
+DATA = SHARED / "data" / "ptb_mikolov"
+
+
+def read_ids(path: Path, vocab: dict[str, int]) -> torch.Tensor:
+    words = path.read_text().replace("\n", " <eos> ").split()
+    return torch.tensor([vocab.get(w, vocab["<unk>"]) for w in words])
+
+
+class WordLM(nn.Module):
+    def __init__(self, vocab_size: int, dim: int = 300, dropout: float = 0.5):
+        super().__init__()
+        self.embed, self.out = nn.Embedding(vocab_size, dim), nn.Linear(dim, vocab_size)
+        self.lstms = nn.ModuleList([nn.LSTM(dim, dim, batch_first=True) for _ in range(2)])
+        self.dropout = dropout
+        for p in self.parameters():
+            nn.init.uniform_(p, -0.05, 0.05)
+
+    def forward(self, x, states):
+        h, finals = self.embed(x), []
+        for lstm, state in zip(self.lstms, states):
+            h, final = lstm(h, state)
+            h = F.dropout(h, self.dropout, self.training)
+            finals.append(tuple(t.detach() for t in final))
+        return self.out(h), finals
+
+
+def zero_states(rows: int, dim: int = 300):
+    return [(torch.zeros(1, rows, dim), torch.zeros(1, rows, dim)) for _ in range(2)]
+
+
+@torch.no_grad()
+def valid_perplexity(model: WordLM, ids: torch.Tensor, unroll: int) -> float:
+    model.eval()
+    states, nll = zero_states(1), 0.0
+    for i in range(0, len(ids) - 1, unroll):
+        y = ids[i + 1 : i + unroll + 1]
+        logits, states = model(ids[i : i + len(y)][None], states)
+        nll += F.cross_entropy(logits[0], y, reduction="sum").item()
+    model.train()
+    return math.exp(nll / (len(ids) - 1))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default=str(DATA))
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    data, rows, unroll = Path(args.data), 20, 35
+    words = (data / "ptb.train.txt").read_text().replace("\n", " <eos> ").split()
+    vocab = {w: i for i, w in enumerate(sorted(set(words)))}
+    train_ids, valid_ids = read_ids(data / "ptb.train.txt", vocab), read_ids(data / "ptb.valid.txt", vocab)
+    streams = train_ids[: len(train_ids) // rows * rows].view(rows, -1)
+    model = WordLM(len(vocab))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    steps = (streams.shape[1] - 1) // unroll
+    for epoch in range(1, args.epochs + 1):
+        states, total = zero_states(rows), 0.0
+        for step in range(steps):
+            x = streams[:, step * unroll : (step + 1) * unroll]
+            y = streams[:, step * unroll + 1 : (step + 1) * unroll + 1]
+            logits, states = model(x, states)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+            (loss * unroll).backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            optimizer.step()
+            optimizer.zero_grad()
+            total += loss.item()
+            if (step + 1) % 50 == 0:
+                print(f"epoch {epoch} step {step + 1}: train ppl {math.exp(total / 50):.1f}", flush=True)
+                total = 0.0
+        print(f"epoch {epoch}: valid ppl {valid_perplexity(model, valid_ids, unroll):.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
