@@ -25,8 +25,12 @@ SHARED = Path(os.environ.get("ELMO_SHARED", Path(__file__).resolve().parents[1].
 DATA = SHARED / "data" / "ptb_mikolov"
 
 
-def read_ids(path: Path, vocab: dict[str, int]) -> torch.Tensor:
-    words = path.read_text().replace("\n", " <eos> ").split()
+def read_ids(path: Path, vocab: dict[str, int], shuffle: torch.Generator | None = None) -> torch.Tensor:
+    """The text as one id stream, `<eos>` after each line; with `shuffle`, the lines in a random order."""
+    lines = path.read_text().splitlines()
+    if shuffle is not None:
+        lines = [lines[i] for i in torch.randperm(len(lines), generator=shuffle)]
+    words = " <eos> ".join(lines + [""]).split()
     return torch.tensor([vocab.get(w, vocab["<unk>"]) for w in words])
 
 
@@ -70,18 +74,23 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=float, default=1.0)
+    p.add_argument("--shuffle-sentences", action="store_true",
+                   help="shuffle the training sentences each epoch before cutting the streams (as our biLM's batching)")
     args = p.parse_args()
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     data, rows, unroll = Path(args.data), 20, 35
     words = (data / "ptb.train.txt").read_text().replace("\n", " <eos> ").split()
     vocab = {w: i for i, w in enumerate(sorted(set(words)))}
-    train_ids, valid_ids = read_ids(data / "ptb.train.txt", vocab), read_ids(data / "ptb.valid.txt", vocab)
-    streams = train_ids[: len(train_ids) // rows * rows].view(rows, -1)
+    valid_ids = read_ids(data / "ptb.valid.txt", vocab)
+    shuffle = torch.Generator().manual_seed(args.seed) if args.shuffle_sentences else None
     model = WordLM(len(vocab))
-    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    steps = (streams.shape[1] - 1) // unroll
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     for epoch in range(1, args.epochs + 1):
+        train_ids = read_ids(data / "ptb.train.txt", vocab, shuffle)
+        streams = train_ids[: len(train_ids) // rows * rows].view(rows, -1)
+        steps = (streams.shape[1] - 1) // unroll
         states, total = zero_states(rows), 0.0
         for step in range(steps):
             x = streams[:, step * unroll : (step + 1) * unroll]
