@@ -11,6 +11,7 @@ import json
 import resource
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -30,7 +31,7 @@ def main() -> None:
     p.add_argument("--dump-sentences", type=int, default=64)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    sentences = [line.split() for line in open(args.sentences, encoding="utf-8")]
+    sentences = [line.split() for line in Path(args.sentences).read_text(encoding="utf-8").splitlines()]
     order = list(range(len(sentences)))
     if args.order == "sorted":
         order.sort(key=lambda i: len(sentences[i]), reverse=True)

@@ -96,7 +96,7 @@ def worker_embed(args) -> dict:
     from elmo import Embedder
 
     torch.set_num_threads(args.threads)
-    sentences = [line.split() for line in open(args.sentences, encoding="utf-8")]
+    sentences = [line.split() for line in Path(args.sentences).read_text(encoding="utf-8").splitlines()]
     if args.order == "sorted":
         sentences.sort(key=len, reverse=True)
     embedder = Embedder.from_files(args.options, args.weights, device=args.device, batch_size=args.batch_size,
@@ -114,7 +114,7 @@ def worker_embed(args) -> dict:
         run_all()
         times.append(time.perf_counter() - start)
     if args.dump:
-        first = [line.split() for line in open(args.sentences, encoding="utf-8")][: args.dump_sentences]
+        first = [line.split() for line in Path(args.sentences).read_text(encoding="utf-8").splitlines()][: args.dump_sentences]
         np.savez(args.dump, **{str(i): a for i, a in enumerate(embedder.embed_batch(first))})
     tokens = sum(len(s) for s in sentences)
     return {"impl": "elmo", "order": args.order, "threads": args.threads, "precision": args.precision,

@@ -379,8 +379,8 @@ def render(args, runs) -> str:
             ours = f"{m['test'][key]:.1f}" if m else ""
             probe_rows.append((probe, layer, m["test"][key] if m else None))
             lines.append(f"| {label} | {layer} | {PAPER_PROBES.get((probe, layer), '—')} | {ours} |")
-    wsd_any = next((load(args.out, f"probe-wsd-layer{l}.json") for l in range(args.num_layers)
-                    if load(args.out, f"probe-wsd-layer{l}.json")), None)
+    wsd_any = next((load(args.out, f"probe-wsd-layer{k}.json") for k in range(args.num_layers)
+                    if load(args.out, f"probe-wsd-layer{k}.json")), None)
     lines += ["", "WordNet first-sense baseline on ALL: paper 65.9; ours "
               + (f"{wsd_any['first_sense_baseline']:.1f}" if wsd_any else "(computed by `elmo probe wsd`)")
               + " (Raganato et al. 2017 publish 65.2 for this set; `tests/test_tasks_readers.py` checks our scorer gives it).",

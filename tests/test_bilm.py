@@ -2,11 +2,10 @@
 
 import pytest
 import torch
+from reference import bilm_sentence, char_encoder
 
 from elmo import BiLMConfig, batch_to_ids, remove_sentence_boundaries
 from elmo.bilm import BiLM
-
-from reference import bilm_sentence, char_encoder
 
 SENTENCES = [
     "The bank raised interest rates .".split(),
@@ -68,7 +67,7 @@ def test_stateless_vectors_do_not_depend_on_batch_neighbours_or_order():
     bilm = BiLM(make_config()).eval()
     with torch.no_grad():
         together = bilm(batch_to_ids(SENTENCES))
-        top, mask = remove_sentence_boundaries(together.layers[2], together.mask)
+        top, _ = remove_sentence_boundaries(together.layers[2], together.mask)
         for row, sentence in enumerate(SENTENCES):
             alone = bilm(batch_to_ids([sentence]))
             alone_top, _ = remove_sentence_boundaries(alone.layers[2], alone.mask)

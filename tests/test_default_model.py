@@ -8,7 +8,6 @@ import h5py
 import numpy as np
 import pytest
 import torch
-
 from conftest import DATA, REPO, need
 
 from elmo import Elmo, Embedder, batch_to_ids

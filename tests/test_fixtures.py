@@ -82,7 +82,7 @@ def test_elmo_embed_command_stateful_matches_fixture(tmp_path, allennlp_dir, fix
                    "--weights", str(allennlp_dir / "lm_weights.hdf5"), "--all", "--batch-size", "3", "--stateful"])
     assert rc == 0
     with h5py.File(out, "r") as f:
-        assert len([k for k in f.keys() if k != "sentence_to_index"]) == 30
+        assert len([k for k in f if k != "sentence_to_index"]) == 30
         for line, _ in enumerate(lines):
             i, k = divmod(line, 3)
             got = f[str(line)][...]

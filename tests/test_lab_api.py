@@ -13,14 +13,22 @@ import types
 
 import numpy as np
 import pytest
+from test_lab_support import (
+    BANK,
+    SIZE,
+    fixture_files,
+    need_data,
+    need_module,
+    shared_cache,
+    write_results,
+    write_test_softmax,
+)
 
 from elmo import Embedder, ScalarMix, batch_to_ids, load_bilm
 from elmo.chars import token_to_ids
+from elmo.cli.lab import SIZES
 from elmo.lab import LabModels, ReferenceSpec, build_reference
 from elmo.lab.inputs import Limits, tokenize
-from elmo.cli.lab import SIZES
-from test_lab_support import (BANK, SIZE, fixture_files, need_data, need_module, shared_cache, write_results,
-                              write_test_softmax)
 
 need_module("starlette")
 need_module("httpx2")
@@ -168,7 +176,7 @@ def test_panel4_and_3_with_task_models(lab, files, monkeypatch, tmp_path):
     info = client.get("/api/info").json()
     assert [p["name"] for p in info["presets"]] == ["NER", "POS"] and info["taggers"]["why"] == ""
     r = client.post("/api/tag", json={"sentence": "John lives in Paris ."}).json()
-    assert [row["tags"] for row in r["rows"]][0] == {"baseline": "B-MISC", "elmo": "B-MISC"}
+    assert r["rows"][0]["tags"] == {"baseline": "B-MISC", "elmo": "B-MISC"}
     assert r["rows"][1]["word"]["dim"] == 5 and r["rows"][1]["elmo"]["norm"] == pytest.approx(np.sqrt(32), abs=1e-3)
     assert r["mix"]["source"] == "as the NER tagger computes it"
 

@@ -25,12 +25,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import REPO
+from test_lab_support import BANK, SIZE, fixture_files, need_data, need_module, shared_cache, write_test_softmax
+
 from elmo import Embedder, ScalarMix, batch_to_ids, load_bilm, resolve_model
 from elmo.lab.inputs import tokenize
 from elmo.lab.lm_head import LMHead
-from test_lab_support import BANK, SIZE, fixture_files, need_data, need_module, shared_cache, write_test_softmax
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -58,6 +58,7 @@ def ner_taggers(folder: Path, model_args: list[str]) -> tuple[Path, Path]:
     need_module("gensim")
     need_module("seqeval")
     from conftest import DATA, need, train_small_vectors
+
     from elmo.cli import main
     conll = need(DATA / "conll2003")
     vectors = train_small_vectors(folder / "w2v.bin")
@@ -90,7 +91,7 @@ def server(tmp_path_factory):
                       "--softmax", str(softmax)]
         paths = (options, weights, vocab, softmax)
     taggers = ner_taggers(folder, model_args)
-    log = open(folder / "stderr.txt", "w+")
+    log = open(folder / "stderr.txt", "w+")  # noqa: SIM115 (the server writes to it until teardown)
     presets = [a for item in os.environ.get("ELMO_LAB_PRESETS", "").split(",") if item for a in ("--preset", item)]
     proc = subprocess.Popen(elmo_command() + ["lab", *model_args, "--ner", str(taggers[0]),
                                               "--ner-baseline", str(taggers[1]), *presets, "--data", str(data), "--reference-size", SIZE,

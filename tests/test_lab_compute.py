@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from test_lab_support import fixture_files, need_data, write_results, write_test_softmax
 
 from elmo import ScalarMix, load_bilm
 from elmo.chars import token_to_ids
@@ -18,7 +19,6 @@ from elmo.lab.results import error_reduction, read_results, results_table
 from elmo.lab.task_models import load_preset, preset_from_mix
 from elmo.lab.trace import char_stages, ngram_text
 from elmo.lab.vectors import cluster_purity, pca_2d, purity, softmax_weights, top_k, unit_rows
-from test_lab_support import fixture_files, need_data, write_results, write_test_softmax
 
 
 def test_top_k_is_cosine_order():

@@ -12,7 +12,6 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-
 from conftest import ALLENNLP, DATA, need
 
 SIZE = "small"  # the reference-set budget of `elmo lab --reference-size small`

@@ -36,7 +36,7 @@ def test_forward_algorithm_and_viterbi_equal_brute_force(constrained):
     seqs, scores = _brute_force(crf, emissions, 3)
     if constrained:  # disallowed sequences have (near) zero probability
         ok = torch.tensor([labels[s[0]] != "I-PER" and all(labels[b] != "I-PER" or labels[a] in ("B-PER", "I-PER")
-                                                           for a, b in zip(s, s[1:])) for s in seqs])
+                                                           for a, b in itertools.pairwise(s)) for s in seqs])
         assert scores[~ok].max() < scores[ok].min() - 1000
     assert crf.log_partition(emissions, mask).item() == pytest.approx(torch.logsumexp(scores, 0).item(), abs=1e-5)
     assert crf.viterbi(emissions, mask) == [list(seqs[int(scores.argmax())])]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import ALLENNLP, DATA, need, train_small_vectors
+
 from elmo.cli import main
 
 pytest.importorskip("gensim", reason="the static baseline needs the tasks extra (gensim)")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -67,7 +69,7 @@ def test_tagger_loss_falls(crf, output_mix, static):
     assert [len(d) for d in decoded] == batch.mask.sum(1).tolist()
     if crf:  # decoding respects BIO: no I-X after O
         allowed, start = bio_constraints(LABELS)
-        assert all(start[d[0]] and all(allowed[a, b] for a, b in zip(d, d[1:])) for d in decoded)
+        assert all(start[d[0]] and all(allowed[a, b] for a, b in itertools.pairwise(d)) for d in decoded)
 
 
 def test_tagger_without_elmo_loss_falls():

@@ -5,12 +5,19 @@ from __future__ import annotations
 import gzip
 
 import pytest
-
 from conftest import DATA, need
+
 from elmo.errors import InputError
-from elmo.tasks.readers import (iob1_to_iob2, parse_sentiment_tree, read_conll2000, read_conll2003, read_conllu,
-                                read_sst, read_task_file)
-from elmo.tasks.wsd_data import (WordNetSenses, first_sense_answers, read_gold_keys, read_raganato_xml, score_wsd)
+from elmo.tasks.readers import (
+    iob1_to_iob2,
+    parse_sentiment_tree,
+    read_conll2000,
+    read_conll2003,
+    read_conllu,
+    read_sst,
+    read_task_file,
+)
+from elmo.tasks.wsd_data import WordNetSenses, first_sense_answers, read_gold_keys, read_raganato_xml, score_wsd
 
 
 def test_iob1_to_iob2():

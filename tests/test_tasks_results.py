@@ -11,7 +11,6 @@ import sys
 
 import pytest
 import torch
-
 from conftest import ALLENNLP, DATA, REPO, need
 
 pytest.importorskip("matplotlib", reason="the report's figures need the tasks extra (matplotlib)")
@@ -29,7 +28,7 @@ def test_skeleton_has_no_numbers_of_ours(tmp_path):
     script = _script()
     assert script.main(["--render-only", "--out", str(tmp_path / "none"), "--docs", str(tmp_path / "docs")]) == 0
     text = (tmp_path / "docs" / "results.md").read_text()
-    table = [line for line in text.splitlines() if line.startswith("| NER (CoNLL-2003")][0]
+    table = next(line for line in text.splitlines() if line.startswith("| NER (CoNLL-2003"))
     assert table.rstrip().endswith("| 90.15 | 92.22 ± 0.10 | 21% |  |  |  |")  # paper's cells filled, ours empty
     assert "0 of 39 runs present" in text
     commands = [line for line in text.splitlines() if line.startswith("elmo ")]

@@ -186,7 +186,7 @@ def test_sentence_batches_sorted_with_zero_padding(tmp_path):
 def test_corpus_errors(tmp_path):
     with pytest.raises(InputError, match="no corpus file found"):
         expand_corpus([str(tmp_path / "missing*.txt")])
-    with pytest.raises(InputError, match="missing.txt: corpus file not found"):
+    with pytest.raises(InputError, match=r"missing\.txt: corpus file not found"):
         list(read_sentences(str(tmp_path / "missing.txt")))
     long_line = tmp_path / "long.txt"
     long_line.write_bytes(b"ok line\n" + b"x " * (MAX_LINE_BYTES // 2 + 1) + b"\n")
@@ -260,7 +260,7 @@ def test_first_layer_dropout_is_kept_with_the_run(tmp_path, fixture_corpus):
     data, vocab = fixture_corpus
     train(settings(tmp_path, data, vocab, first_layer_dropout=False))
     assert json.loads((tmp_path / "run" / "run.json").read_text())["first_layer_dropout"] is False
-    with pytest.raises(InputError, match="--first-layer-dropout True: the run .* was started with False"):
+    with pytest.raises(InputError, match=r"--first-layer-dropout True: the run .* was started with False"):
         train(TrainSettings(out=str(tmp_path / "run"), resume=True, first_layer_dropout=True, max_steps=4, progress=False))
 
 

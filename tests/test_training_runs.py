@@ -221,7 +221,10 @@ def test_perplexity_cli_json(tmp_path, fixture_run, capsys):
 def _concat(a: Batch, b: Batch) -> Batch:
     """Rows of `a` then rows of `b`, as one batch (b's token indices shifted past a's)."""
     shift = a.char_ids.shape[0]
-    bump = lambda x: torch.where(x > 0, x + shift, x)
+
+    def bump(x: torch.Tensor) -> torch.Tensor:
+        return torch.where(x > 0, x + shift, x)
+
     return Batch(torch.cat([a.char_ids, b.char_ids]), torch.cat([a.fwd_inputs, bump(b.fwd_inputs)]),
                  torch.cat([a.bwd_inputs, bump(b.bwd_inputs)]), torch.cat([a.fwd_targets, b.fwd_targets]),
                  torch.cat([a.bwd_targets, b.bwd_targets]), torch.cat([a.mask, b.mask]), torch.cat([a.lengths, b.lengths]))

@@ -1,11 +1,19 @@
 """ELMo (Peters et al., NAACL 2018) in plain PyTorch: the exact biLM and the original model files."""
 
-from .bilm import BiLM, BiLMOutput, CharEncoder, LstmLayer, LstmStack, add_sentence_boundaries, remove_sentence_boundaries
+from .bilm import (
+    BiLM,
+    BiLMOutput,
+    CharEncoder,
+    LstmLayer,
+    LstmStack,
+    add_sentence_boundaries,
+    remove_sentence_boundaries,
+)
 from .chars import batch_to_ids
 from .elmo_module import Elmo
 from .embedder import Embedder
-from .legacy import ElmoEmbedder
 from .errors import ElmoError, InputError, ModelFileError
+from .legacy import ElmoEmbedder
 from .models import ModelFiles, resolve_model
 from .options import BiLMConfig, read_options
 from .scalar_mix import ScalarMix

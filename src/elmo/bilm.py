@@ -238,7 +238,7 @@ class TokenCache:
     def clear(self) -> None:
         self._rows.clear()
 
-    def __call__(self, encoder: "CharEncoder", ids: torch.Tensor) -> torch.Tensor:
+    def __call__(self, encoder: CharEncoder, ids: torch.Tensor) -> torch.Tensor:
         """ids (N, 50) of distinct tokens -> (N, P), computing only the tokens not seen before."""
         stamp = (tuple((p.data_ptr(), p._version) for p in encoder.parameters()),
                  torch.is_autocast_enabled(ids.device.type))  # bf16 and fp32 vectors never mix

@@ -7,8 +7,8 @@ Any byte sequence is representable, so there is no out-of-vocabulary token.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Sequence
 
 import torch
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -59,7 +59,7 @@ class Elmo(nn.Module):
             self._word_cache = nn.Parameter(self._compute_word_cache(list(vocab_to_cache)), requires_grad=False)
 
     @classmethod
-    def from_pretrained(cls, name: str = "default", num_output_representations: int = 1, **kwargs) -> "Elmo":
+    def from_pretrained(cls, name: str = "default", num_output_representations: int = 1, **kwargs) -> Elmo:
         """An `Elmo` on a bundled model or a model directory (options.json + weights.hdf5)."""
         from .models import resolve_model
 

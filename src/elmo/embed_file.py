@@ -11,8 +11,8 @@ import functools
 import json
 import os
 from collections import deque
+from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Container, Iterable, Iterator, Sequence
 
 import h5py
 import numpy as np
@@ -98,7 +98,7 @@ class OutputSpec:
         return d
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def link_plist() -> h5py.h5p.PropLCID:
     """Link creation as h5py does it: UTF-8 names, and a "/" in a sentence key makes groups (as in AllenNLP)."""
     plist = h5py.h5p.create(h5py.h5p.LINK_CREATE)
@@ -107,7 +107,7 @@ def link_plist() -> h5py.h5p.PropLCID:
     return plist
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _untimed() -> h5py.h5p.PropDCID:
     """No creation times in the file, as h5py's default: the same input gives the same bytes."""
     plist = h5py.h5p.create(h5py.h5p.DATASET_CREATE)

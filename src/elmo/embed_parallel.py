@@ -15,14 +15,16 @@ the `sentence_to_index` dict built during the join (one entry per distinct sente
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import h5py
 import torch.distributed as dist
@@ -47,7 +49,7 @@ class Ranks:
     world: int = 1
 
     @classmethod
-    def from_env(cls) -> "Ranks":
+    def from_env(cls) -> Ranks:
         """Read torchrun's RANK/WORLD_SIZE; with several ranks, join a gloo group (CPU is enough)."""
         world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
         if world > 1 and not dist.is_initialized():
@@ -213,10 +215,8 @@ def remove_parts(parts_dir: str) -> None:
     for name in os.listdir(parts_dir):
         if (name.startswith("lines-") and name.endswith(".h5")) or (name.startswith(".lines-") and name.endswith(".tmp")):
             os.remove(os.path.join(parts_dir, name))
-    try:
+    with contextlib.suppress(OSError):  # someone else's file is in there; leave it
         os.rmdir(parts_dir)
-    except OSError:
-        pass  # someone else's file is in there; leave it
 
 
 def write_parts(embedder: Embedder, input_file: str, plan: Plan, blocks: list[int], spec: OutputSpec,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -49,11 +49,11 @@ class Embedder:
 
     @classmethod
     def from_files(cls, options_file: str | os.PathLike, weight_file: str | os.PathLike, stateful: bool = False,
-                   **kwargs) -> "Embedder":
+                   **kwargs) -> Embedder:
         return cls(load_bilm(options_file, weight_file, stateful=stateful), **kwargs)
 
     @classmethod
-    def from_model(cls, model: str | os.PathLike | ModelFiles = "default", stateful: bool = False, **kwargs) -> "Embedder":
+    def from_model(cls, model: str | os.PathLike | ModelFiles = "default", stateful: bool = False, **kwargs) -> Embedder:
         """A bundled model by name ("default") or a model directory."""
         files = model if isinstance(model, ModelFiles) else resolve_model(model)
         return cls.from_files(files.options_file, files.weight_file, stateful=stateful, **kwargs)

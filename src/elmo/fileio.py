@@ -7,7 +7,7 @@ import gzip
 import io
 import os
 import tempfile
-from typing import Iterator
+from collections.abc import Iterator
 
 from .errors import InputError
 

@@ -8,7 +8,8 @@ methods back, on top of `Embedder`.
 from __future__ import annotations
 
 import os
-from typing import IO, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import IO
 
 import numpy as np
 import torch

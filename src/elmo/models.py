@@ -22,7 +22,7 @@ class ModelFiles:
     softmax_file: Path | None = None
 
     @classmethod
-    def from_dir(cls, directory: str | os.PathLike) -> "ModelFiles":
+    def from_dir(cls, directory: str | os.PathLike) -> ModelFiles:
         d = Path(directory)
         if not d.is_dir():
             raise ModelFileError(f"{d}: not a model directory")

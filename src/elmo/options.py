@@ -51,7 +51,7 @@ class BiLMConfig:
         return copy.deepcopy(self.raw)
 
     @classmethod
-    def from_options(cls, options: Any, source: str = "options") -> "BiLMConfig":
+    def from_options(cls, options: Any, source: str = "options") -> BiLMConfig:
         def fail(what: str) -> ModelFileError:
             return ModelFileError(f"{source}: {what}")
 

@@ -35,8 +35,8 @@ def dataset_map(bilm: BiLM) -> dict[str, tuple[torch.Tensor, tuple[int, ...]]]:
         names["CNN_proj/W_proj"] = (enc.proj_w, tuple(enc.proj_w.shape))
         names["CNN_proj/b_proj"] = (enc.proj_b, tuple(enc.proj_b.shape))
     for d, stack in enumerate((bilm.forward_lstm, bilm.backward_lstm)):
-        for l, layer in enumerate(stack.layers):
-            prefix = f"RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell"
+        for k, layer in enumerate(stack.layers):
+            prefix = f"RNN_{d}/RNN/MultiRNNCell/Cell{k}/LSTMCell"
             for key in ("W_0", "B", "W_P_0"):
                 param = getattr(layer, key)
                 if param is not None:
@@ -115,10 +115,9 @@ def load_bilm(options_file: str | os.PathLike | BiLMConfig, weight_file: str | o
 
 def save_weights(bilm: BiLM, weight_file: str | os.PathLike) -> None:
     """Write weights.hdf5 in the original layout: float32, contiguous, no attributes, no softmax."""
-    with atomic_path(weight_file) as tmp:
-        with h5py.File(tmp, "w") as f:
-            for name, (param, shape) in dataset_map(bilm).items():
-                f.create_dataset(name, data=param.detach().to("cpu", torch.float32).numpy().reshape(shape))
+    with atomic_path(weight_file) as tmp, h5py.File(tmp, "w") as f:
+        for name, (param, shape) in dataset_map(bilm).items():
+            f.create_dataset(name, data=param.detach().to("cpu", torch.float32).numpy().reshape(shape))
 
 
 def save_bilm(bilm: BiLM, options_file: str | os.PathLike, weight_file: str | os.PathLike) -> None:

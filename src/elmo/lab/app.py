@@ -70,7 +70,7 @@ def create_app(lab: LabModels, ref: ReferenceSet, limits: Limits = Limits()):
     """The ASGI app serving `lab` with neighbours from `ref`."""
     views = layer_views(ref)
     info = {**lab.info(), "examples": AMBIGUOUS, "limits": asdict(limits),
-            "reference": {"tokens": ref.size, "sentences": int(len(ref.sources)),
+            "reference": {"tokens": ref.size, "sentences": len(ref.sources),
                           "sources": sorted(set(ref.sources.tolist())),
                           "data": str(lab.data_dir) if lab.data_dir else ""}}
 

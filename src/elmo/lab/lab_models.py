@@ -78,7 +78,7 @@ class LabModels:
     def load(cls, model: str | None = None, options: str | None = None, weights: str | None = None,
              vocab: str | None = None, softmax: str | None = None, ner: str | None = None,
              ner_baseline: str | None = None, presets: list[tuple[str, str]] = (), results: str | None = None,
-             data_dir: Path | None = None) -> "LabModels":
+             data_dir: Path | None = None) -> LabModels:
         """Load from a model name/folder (or options + weights) and the optional task parts."""
         if (options is None) != (weights is None):
             raise InputError("--options and --weights go together")

@@ -30,7 +30,7 @@ class LMHead:
         return self.weight.shape[1]
 
     @classmethod
-    def from_files(cls, vocab_file: str | os.PathLike, softmax_file: str | os.PathLike, projection_dim: int) -> "LMHead":
+    def from_files(cls, vocab_file: str | os.PathLike, softmax_file: str | os.PathLike, projection_dim: int) -> LMHead:
         """vocab.txt + softmax.hdf5 as `elmo export` writes them, checked against the biLM's output size."""
         vocab = Vocab.load(vocab_file)
         softmax = load_softmax(softmax_file, len(vocab), projection_dim)

@@ -123,7 +123,7 @@ class ReferenceSet:
         os.replace(tmp, path)
 
     @classmethod
-    def load(cls, path: Path) -> "ReferenceSet":
+    def load(cls, path: Path) -> ReferenceSet:
         with np.load(path, allow_pickle=False) as z:
             return cls({name: z[name] for name in cls.ARRAYS})
 

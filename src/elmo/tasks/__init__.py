@@ -9,8 +9,7 @@ from .crf import CRF, bio_constraints
 from .features import ElmoSpec, FeatureCache, build_cache
 from .metrics import accuracy, span_f1
 from .predict import TaskModel, load_tagger, load_task_model
-from .readers import (Example, iob1_to_iob2, read_conll2000, read_conll2003, read_conllu, read_sst,
-                      read_task_file)
+from .readers import Example, iob1_to_iob2, read_conll2000, read_conll2003, read_conllu, read_sst, read_task_file
 from .train import TASKS, TrainOptions, run_task
 
 __all__ = [

@@ -12,9 +12,9 @@ import functools
 import hashlib
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import h5py
 import numpy as np
@@ -35,7 +35,7 @@ class ElmoSpec:
     name: str | None = None
 
     @classmethod
-    def resolve(cls, model: str | None = None, options: str | None = None, weights: str | None = None) -> "ElmoSpec":
+    def resolve(cls, model: str | None = None, options: str | None = None, weights: str | None = None) -> ElmoSpec:
         if options or weights:
             if not (options and weights):
                 raise InputError("--options and --weights go together")
@@ -95,8 +95,8 @@ class FeatureCache:
         self.path = os.fspath(path)
         self.file = h5py.File(self.path, "r")
         self.lengths = list(lengths)
-        first = self.file["0"] if "0" in self.file else None
-        if first is None or len([k for k in self.file.keys() if k.isdigit()]) != len(self.lengths):
+        first = self.file.get("0")
+        if first is None or len([k for k in self.file if k.isdigit()]) != len(self.lengths):
             raise InputError(f"{self.path}: expected {len(self.lengths)} sentence datasets; rebuild the cache "
                              "(delete the file)")
         self.num_layers, _, self.dim = first.shape

@@ -26,7 +26,7 @@ from ..fileio import atomic_path
 from .features import ElmoSpec, bilm_token, build_cache, sentences_fingerprint
 from .metrics import accuracy
 from .readers import read_task_file
-from .wsd_data import first_sense_answers, read_gold_keys, wordnet_senses, read_raganato_xml, score_wsd
+from .wsd_data import first_sense_answers, read_gold_keys, read_raganato_xml, score_wsd, wordnet_senses
 
 
 def _check_layer(layer: int, num_layers: int) -> None:

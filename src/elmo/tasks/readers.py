@@ -7,8 +7,8 @@ SST-5 (PTB sentiment trees -> tokens + root label). The WSD data have their own 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from ..errors import InputError
 from ..fileio import iter_lines, open_text

@@ -8,7 +8,7 @@ is context, not data.
 from __future__ import annotations
 
 import os
-from typing import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 from tqdm import tqdm

@@ -131,7 +131,7 @@ def _read_gold_keys(path: str, mtime: float) -> dict[str, frozenset[str]]:
 
 
 @functools.lru_cache(maxsize=2)
-def wordnet_senses(index_sense: str) -> "WordNetSenses":
+def wordnet_senses(index_sense: str) -> WordNetSenses:
     """One `WordNetSenses` per file and process (reading index.sense takes a second or two)."""
     return WordNetSenses(index_sense)
 
