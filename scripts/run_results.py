@@ -42,6 +42,9 @@ FRACTIONS = [0.01, 0.1, 1.0]
 # Epochs for the subsets, both arms alike: at 1% an epoch is five updates, so 15 epochs with patience 3
 # stop before the tagger predicts its first entity (F1 0 in a first run). Dev is scored every few
 # epochs, so its cost does not grow with the number of (cheap) epochs; patience counts dev scorings.
+PTB_LOGS = [REPO / "benchmarks" / "results" / f"ptb-char-small-cpu{suffix}.jsonl" for suffix in ("", "-partial")]
+PTB_COMMAND = "python benchmarks/ptb_char_small.py --out ../runs/ptb-cpu --threads 2"
+PTB_TARGET = 92.3  # Kim et al. (2016), LSTM-Char-Small, test perplexity
 LOW_RESOURCE_SCHEDULE = {0.01: ["--epochs", "100", "--eval-every", "5", "--patience", "3"],
                          0.1: ["--epochs", "40", "--eval-every", "2", "--patience", "3"]}
 
@@ -401,7 +404,7 @@ def render(args, runs) -> str:
                 lines.append(f"| {task} | {where} | {cells} | {statistics.mean(x['gamma'] for x in mixes):.3f} |")
     if not weights:
         lines.append("| | | | | | |")
-    lines += ["", "![Learned layer weights per task](results_layer_weights.png)", "",
+    lines += ["", "![Learned layer weights per task](results_layer_weights.png)", "", *ptb_section(),
               "## The bars this is held to", "",
               "Each verdict is computed from the metrics files when the page is rendered; a gain is the mean over the seeds both arms have. "
               "A verdict says which way the means point, not that the difference is beyond chance: with three seeds, "
@@ -415,6 +418,35 @@ def render(args, runs) -> str:
     lines += ["```", ""]
     plots(args, curve, probe_rows, weights)
     return "\n".join(lines)
+
+
+def ptb_section() -> list[str]:
+    """The PTB language-modelling benchmark, from the per-epoch log `benchmarks/ptb_char_small.py` writes."""
+    lines = ["## Language modelling: PTB perplexity (Kim et al. 2016's LSTM-Char-Small size)", "",
+             "A biLM with LSTM-Char-Small's sizes (char CNN of 525 filters, widths 1-6, one highway layer, 2 LSTM",
+             "layers of 300) trained on Mikolov's PTB with Kim et al.'s schedule (25 epochs, SGD halved on plateau);",
+             "word-level perplexity, end of sentence included, text read in order with the state carried.",
+             f"Target: forward test perplexity at or below {PTB_TARGET} (Kim et al.'s; their Large: 78.9).",
+             "docs/training.md says why the step per direction is lr 2 with clip 5/sqrt(2).", ""]
+    log = next((p for p in PTB_LOGS if p.exists()), None)
+    records = [json.loads(line) for line in log.read_text().splitlines()] if log else []
+    if not records:
+        return lines + ["No epoch finished yet.", "", "```", PTB_COMMAND, "```", ""]
+    last = records[-1]
+    if "test" in last:
+        t = last["test"]
+        verdict = "met" if t["forward"] <= PTB_TARGET else "missed"
+        lines += [f"Test perplexity after {last['epoch']} epochs: forward **{t['forward']:.1f}**, backward "
+                  f"**{t['backward']:.1f}**, average {t['average']:.1f} ({t['tokens']:,} tokens); target {verdict}. "
+                  f"Wall time {last['wall_s'] / 3600:.1f} h on {last['device']}.", ""]
+    else:
+        lines += [f"**Not finished**: {last['epoch']} of 25 epochs after {last['wall_s'] / 3600:.1f} h on "
+                  f"{last['device']}; the test set is scored once, after the last epoch, so the target is not shown yet.", ""]
+    lines += ["| epoch | lr | valid forward | valid backward | wall-clock h |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {r['epoch']} | {r['lr']:g} | {r['valid']['forward']:.1f} | {r['valid']['backward']:.1f} | "
+              f"{r['wall_s'] / 3600:.2f} |" for r in records]
+    return lines + ["", f"Log: `{log.relative_to(REPO)}` (the run's `benchmark.jsonl`). Command (resumable: rerun it to continue):",
+                    "", "```", PTB_COMMAND, "```", ""]
 
 
 def plots(args, curve, probe_rows, weights) -> None:
