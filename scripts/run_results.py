@@ -427,7 +427,7 @@ def ptb_section() -> list[str]:
              "layers of 300) trained on Mikolov's PTB with Kim et al.'s schedule (25 epochs, SGD halved on plateau);",
              "word-level perplexity, end of sentence included, text read in order with the state carried.",
              f"Target: forward test perplexity at or below {PTB_TARGET} (Kim et al.'s; their Large: 78.9).",
-             "docs/training.md says why the step per direction is lr 2 with clip 5/sqrt(2).", ""]
+             "docs/training.md has the earlier runs and what was tried on the way.", ""]
     log = next((p for p in PTB_LOGS if p.exists()), None)
     records = [json.loads(line) for line in log.read_text().splitlines()] if log else []
     if not records:
