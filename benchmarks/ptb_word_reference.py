@@ -6,6 +6,8 @@ gradient norm clipped at 5, the loss summed over 35 steps of batch means; the co
 as 20 contiguous streams (Zaremba et al. / Kim et al. batching). Prints the training perplexity
 every 50 steps and the validation perplexity (in order, state carried) after each epoch, so the
 first epochs of `ptb_char_small.py` can be compared with what this recipe gives a plain model.
+`--bidirectional` adds a backward LSTM stack sharing the embedding and the softmax, trained on the
+mean of the two directions' losses as our biLM; the forward LM is what is reported.
 
     python benchmarks/ptb_word_reference.py --epochs 1 --threads 1
 """
@@ -35,17 +37,21 @@ def read_ids(path: Path, vocab: dict[str, int], shuffle: torch.Generator | None 
 
 
 class WordLM(nn.Module):
-    def __init__(self, vocab_size: int, dim: int = 300, dropout: float = 0.5):
+    """With `bidirectional`, a second LSTM stack reads the text backwards, sharing the embedding and softmax."""
+
+    def __init__(self, vocab_size: int, dim: int = 300, dropout: float = 0.5, bidirectional: bool = False):
         super().__init__()
         self.embed, self.out = nn.Embedding(vocab_size, dim), nn.Linear(dim, vocab_size)
         self.lstms = nn.ModuleList([nn.LSTM(dim, dim, batch_first=True) for _ in range(2)])
+        if bidirectional:
+            self.backward_lstms = nn.ModuleList([nn.LSTM(dim, dim, batch_first=True) for _ in range(2)])
         self.dropout = dropout
         for p in self.parameters():
             nn.init.uniform_(p, -0.05, 0.05)
 
-    def forward(self, x, states):
+    def forward(self, x, states, backward: bool = False):
         h, finals = self.embed(x), []
-        for lstm, state in zip(self.lstms, states):
+        for lstm, state in zip(self.backward_lstms if backward else self.lstms, states):
             h, final = lstm(h, state)
             h = F.dropout(h, self.dropout, self.training)
             finals.append(tuple(t.detach() for t in final))
@@ -75,6 +81,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=1.0)
+    p.add_argument("--bidirectional", action="store_true",
+                   help="train a word-level biLM (the loss: mean of the two directions, as ours) and report the forward LM")
     p.add_argument("--shuffle-sentences", action="store_true",
                    help="shuffle the training sentences each epoch before cutting the streams (as our biLM's batching)")
     args = p.parse_args()
@@ -85,19 +93,25 @@ def main() -> None:
     vocab = {w: i for i, w in enumerate(sorted(set(words)))}
     valid_ids = read_ids(data / "ptb.valid.txt", vocab)
     shuffle = torch.Generator().manual_seed(args.seed) if args.shuffle_sentences else None
-    model = WordLM(len(vocab))
+    model = WordLM(len(vocab), bidirectional=args.bidirectional)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     for epoch in range(1, args.epochs + 1):
         train_ids = read_ids(data / "ptb.train.txt", vocab, shuffle)
         streams = train_ids[: len(train_ids) // rows * rows].view(rows, -1)
+        reversed_streams = streams.flip(1)  # the backward LM reads each row's text from its end
         steps = (streams.shape[1] - 1) // unroll
-        states, total = zero_states(rows), 0.0
+        states, back_states, total = zero_states(rows), zero_states(rows), 0.0
         for step in range(steps):
-            x = streams[:, step * unroll : (step + 1) * unroll]
-            y = streams[:, step * unroll + 1 : (step + 1) * unroll + 1]
-            logits, states = model(x, states)
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-            (loss * unroll).backward()
+            window = slice(step * unroll, (step + 1) * unroll)
+            target = slice(step * unroll + 1, (step + 1) * unroll + 1)
+            logits, states = model(streams[:, window], states)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), streams[:, target].reshape(-1))
+            objective = loss
+            if args.bidirectional:
+                logits, back_states = model(reversed_streams[:, window], back_states, backward=True)
+                back = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), reversed_streams[:, target].reshape(-1))
+                objective = 0.5 * (loss + back)
+            (objective * unroll).backward()
             nn.utils.clip_grad_norm_(model.parameters(), 5.0)
             optimizer.step()
             optimizer.zero_grad()
