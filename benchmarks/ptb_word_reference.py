@@ -39,15 +39,18 @@ def read_ids(path: Path, vocab: dict[str, int], shuffle: torch.Generator | None 
 class WordLM(nn.Module):
     """With `bidirectional`, a second LSTM stack reads the text backwards, sharing the embedding and softmax."""
 
-    def __init__(self, vocab_size: int, dim: int = 300, dropout: float = 0.5, bidirectional: bool = False):
+    def __init__(self, vocab_size: int, dim: int = 300, dropout: float = 0.5, bidirectional: bool = False,
+                 elmo_lstm: bool = False):
         super().__init__()
         self.embed, self.out = nn.Embedding(vocab_size, dim), nn.Linear(dim, vocab_size)
-        self.lstms = nn.ModuleList([nn.LSTM(dim, dim, batch_first=True) for _ in range(2)])
+        make = _elmo_lstm if elmo_lstm else (lambda: nn.LSTM(dim, dim, batch_first=True))
+        self.lstms = nn.ModuleList([make() for _ in range(2)])
         if bidirectional:
-            self.backward_lstms = nn.ModuleList([nn.LSTM(dim, dim, batch_first=True) for _ in range(2)])
+            self.backward_lstms = nn.ModuleList([make() for _ in range(2)])
         self.dropout = dropout
-        for p in self.parameters():
-            nn.init.uniform_(p, -0.05, 0.05)
+        for name, p in self.named_parameters():
+            if not elmo_lstm or "lstms" not in name:
+                nn.init.uniform_(p, -0.05, 0.05)
 
     def forward(self, x, states, backward: bool = False):
         h, finals = self.embed(x), []
@@ -56,6 +59,31 @@ class WordLM(nn.Module):
             h = F.dropout(h, self.dropout, self.training)
             finals.append(tuple(t.detach() for t in final))
         return self.out(h), finals
+
+
+class _ElmoLstm(nn.Module):
+    """This package's LSTM layer (its own initialisation) behind nn.LSTM's batch-first interface."""
+
+    def __init__(self, dim: int = 300):
+        super().__init__()
+        from elmo.bilm import LstmLayer
+        from elmo.options import BiLMConfig
+
+        config = BiLMConfig.from_options({
+            "lstm": {"dim": dim, "projection_dim": dim, "n_layers": 1, "cell_clip": None, "proj_clip": None,
+                     "use_skip_connections": False},
+            "char_cnn": {"activation": "tanh", "embedding": {"dim": 4}, "filters": [[1, 4]], "n_highway": 0,
+                         "max_characters_per_token": 50, "n_characters": 261}})
+        self.layer = LstmLayer(dim, config)
+
+    def forward(self, x, state):
+        h0, c0 = state
+        out, (c, h) = self.layer(x, torch.full((x.shape[0],), x.shape[1]), (c0[0], h0[0]))
+        return out, (h[None], c[None])
+
+
+def _elmo_lstm() -> nn.Module:
+    return _ElmoLstm()
 
 
 def zero_states(rows: int, dim: int = 300):
@@ -83,6 +111,7 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=1.0)
     p.add_argument("--bidirectional", action="store_true",
                    help="train a word-level biLM (the loss: mean of the two directions, as ours) and report the forward LM")
+    p.add_argument("--elmo-lstm", action="store_true", help="use this package's LSTM layer instead of nn.LSTM")
     p.add_argument("--shuffle-sentences", action="store_true",
                    help="shuffle the training sentences each epoch before cutting the streams (as our biLM's batching)")
     args = p.parse_args()
@@ -93,7 +122,7 @@ def main() -> None:
     vocab = {w: i for i, w in enumerate(sorted(set(words)))}
     valid_ids = read_ids(data / "ptb.valid.txt", vocab)
     shuffle = torch.Generator().manual_seed(args.seed) if args.shuffle_sentences else None
-    model = WordLM(len(vocab), bidirectional=args.bidirectional)
+    model = WordLM(len(vocab), bidirectional=args.bidirectional, elmo_lstm=args.elmo_lstm)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     for epoch in range(1, args.epochs + 1):
         train_ids = read_ids(data / "ptb.train.txt", vocab, shuffle)
