@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -532,6 +533,8 @@ def parse_args(argv=None):
     p.add_argument("--shard", type=shard, default=(0, 1), metavar="I/N",
                    help="run only every N-th run starting at I (0-based), so N processes share the grid")
     p.add_argument("--render-only", action="store_true", help="only rewrite the report from existing metrics")
+    p.add_argument("--force", action="store_true",
+                   help="rewrite the report even if it would show fewer runs than the one it replaces")
     p.add_argument("--in-process", action="store_true", help="run commands in this process (faster for tiny runs)")
     p.add_argument("--smoke", action="store_true",
                    help="tiny slices with the fixture biLM and tiny models: checks the pipeline, numbers mean nothing")
@@ -551,6 +554,14 @@ def parse_args(argv=None):
         if args.static == p.get_default("static"):
             args.static = args.out / "w2v-smoke.bin"
     return args
+
+
+def runs_shown(report: Path) -> int:
+    """How many runs an existing report was rendered from (0 when there is none)."""
+    if not report.exists():
+        return 0
+    found = re.search(r"(\d+) of \d+ runs present", report.read_text(encoding="utf-8"))
+    return int(found.group(1)) if found else 0
 
 
 def shard(text: str) -> tuple[int, int]:
@@ -573,6 +584,12 @@ def main(argv=None) -> int:
     if not args.render_only:
         run_grid(args, runs)
     args.docs.mkdir(parents=True, exist_ok=True)
+    present = sum((args.out / name).exists() for name, _ in runs)
+    shown = runs_shown(args.docs / "results.md")
+    if present < shown and not args.force:
+        print(f"{args.docs / 'results.md'} shows {shown} runs but only {present} metrics files are under {args.out}; "
+              "not rewriting it (point --out at the metrics, or pass --force)", file=sys.stderr)
+        return 2
     text = render(args, runs)
     tmp = args.docs / ".results.md.tmp"
     tmp.write_text(text, encoding="utf-8")

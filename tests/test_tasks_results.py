@@ -92,3 +92,16 @@ def test_processes_share_the_grid_through_lock_files(tmp_path, monkeypatch):
     script.run_grid(args, runs)
     assert ran == [name for name, _ in runs if name != held]
     assert [p.name for p in out.glob(".*.lock")] == [f".{held}.lock"]  # ours are released when a run ends
+
+
+def test_render_refuses_to_empty_a_report_whose_metrics_are_missing(tmp_path):
+    script = _script()
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    report = docs / "results.md"
+    report.write_text("biLM: `default`; 39 of 39 runs present, 9.8 h of wall-clock time.\n")
+    args = ["--render-only", "--out", str(tmp_path / "none"), "--docs", str(docs)]
+    assert script.main(args) == 2
+    assert report.read_text().startswith("biLM: `default`; 39 of 39")  # untouched
+    assert script.main([*args, "--force"]) == 0
+    assert "0 of 39 runs present" in report.read_text()
