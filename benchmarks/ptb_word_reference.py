@@ -43,7 +43,7 @@ class WordLM(nn.Module):
                  elmo_lstm: bool = False):
         super().__init__()
         self.embed, self.out = nn.Embedding(vocab_size, dim), nn.Linear(dim, vocab_size)
-        make = _elmo_lstm if elmo_lstm else (lambda: nn.LSTM(dim, dim, batch_first=True))
+        make = _ElmoLstm if elmo_lstm else (lambda: nn.LSTM(dim, dim, batch_first=True))
         self.lstms = nn.ModuleList([make() for _ in range(2)])
         if bidirectional:
             self.backward_lstms = nn.ModuleList([make() for _ in range(2)])
@@ -80,10 +80,6 @@ class _ElmoLstm(nn.Module):
         h0, c0 = state
         out, (c, h) = self.layer(x, torch.full((x.shape[0],), x.shape[1]), (c0[0], h0[0]))
         return out, (h[None], c[None])
-
-
-def _elmo_lstm() -> nn.Module:
-    return _ElmoLstm()
 
 
 def zero_states(rows: int, dim: int = 300):
@@ -124,8 +120,10 @@ def main() -> None:
     shuffle = torch.Generator().manual_seed(args.seed) if args.shuffle_sentences else None
     model = WordLM(len(vocab), bidirectional=args.bidirectional, elmo_lstm=args.elmo_lstm)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    train_ids = read_ids(data / "ptb.train.txt", vocab)
     for epoch in range(1, args.epochs + 1):
-        train_ids = read_ids(data / "ptb.train.txt", vocab, shuffle)
+        if shuffle is not None:
+            train_ids = read_ids(data / "ptb.train.txt", vocab, shuffle)
         streams = train_ids[: len(train_ids) // rows * rows].view(rows, -1)
         reversed_streams = streams.flip(1)  # the backward LM reads each row's text from its end
         steps = (streams.shape[1] - 1) // unroll
