@@ -39,17 +39,22 @@ def read_ids(path: Path, vocab: dict[str, int], shuffle: torch.Generator | None 
 class WordLM(nn.Module):
     """With `bidirectional`, a second LSTM stack reads the text backwards, sharing the embedding and softmax."""
 
-    def __init__(self, vocab_size: int, dim: int = 300, dropout: float = 0.5, bidirectional: bool = False,
-                 elmo_lstm: bool = False):
+    def __init__(self, words: list[str], dim: int = 300, dropout: float = 0.5, bidirectional: bool = False,
+                 elmo_lstm: bool = False, char_cnn: bool = False, kim_chars: bool = False, char_projection: bool = True):
         super().__init__()
-        self.embed, self.out = nn.Embedding(vocab_size, dim), nn.Linear(dim, vocab_size)
-        make = _ElmoLstm if elmo_lstm else (lambda: nn.LSTM(dim, dim, batch_first=True))
-        self.lstms = nn.ModuleList([make() for _ in range(2)])
+        self.embed = CharTokens(words, kim_chars, char_projection) if char_cnn else nn.Embedding(len(words), dim)
+        self.out = nn.Linear(dim, len(words))
+        width = getattr(self.embed, "dim", dim)
+
+        def make(inputs: int) -> nn.Module:
+            return _ElmoLstm(inputs, dim) if elmo_lstm else nn.LSTM(inputs, dim, batch_first=True)
+
+        self.lstms = nn.ModuleList([make(width), make(dim)])
         if bidirectional:
-            self.backward_lstms = nn.ModuleList([make() for _ in range(2)])
+            self.backward_lstms = nn.ModuleList([make(width), make(dim)])
         self.dropout = dropout
         for name, p in self.named_parameters():
-            if not elmo_lstm or "lstms" not in name:
+            if not ((elmo_lstm and "lstms" in name) or (char_cnn and name.startswith("embed."))):
                 nn.init.uniform_(p, -0.05, 0.05)
 
     def forward(self, x, states, backward: bool = False):
@@ -64,7 +69,7 @@ class WordLM(nn.Module):
 class _ElmoLstm(nn.Module):
     """This package's LSTM layer (its own initialisation) behind nn.LSTM's batch-first interface."""
 
-    def __init__(self, dim: int = 300):
+    def __init__(self, inputs: int = 300, dim: int = 300):
         super().__init__()
         from elmo.bilm import LstmLayer
         from elmo.options import BiLMConfig
@@ -74,12 +79,50 @@ class _ElmoLstm(nn.Module):
                      "use_skip_connections": False},
             "char_cnn": {"activation": "tanh", "embedding": {"dim": 4}, "filters": [[1, 4]], "n_highway": 0,
                          "max_characters_per_token": 50, "n_characters": 261}})
-        self.layer = LstmLayer(dim, config)
+        self.layer = LstmLayer(inputs, config)
 
     def forward(self, x, state):
         h0, c0 = state
         out, (c, h) = self.layer(x, torch.full((x.shape[0],), x.shape[1]), (c0[0], h0[0]))
         return out, (h[None], c[None])
+
+
+class CharTokens(nn.Module):
+    """This package's character encoder with `ptb_char_small.py`'s sizes, per word id.
+
+    Without `projection`, the 525 highway outputs are the word vector (Kim et al.'s model), not
+    projected to 300. `kim`: Kim et al.'s character side instead of bilm-tf's: every weight U(-0.05, 0.05) (the
+    highway's carry bias still -2, his constant), words padded only to the longest word, and the
+    padding character's vector fixed at zero.
+    """
+
+    def __init__(self, words: list[str], kim: bool = False, projection: bool = True):
+        super().__init__()
+        from ptb_char_small import kim_small
+
+        from elmo.bilm import CharEncoder
+        from elmo.chars import EOS_TOKEN, PAD_CHAR, token_to_ids
+        from elmo.options import BiLMConfig
+
+        options = kim_small(300 if projection else 525)
+        self.encoder = CharEncoder(BiLMConfig.from_options(options))
+        self.dim = options["lstm"]["projection_dim"]
+        spellings = torch.tensor([token_to_ids(EOS_TOKEN if w == "<eos>" else w) for w in words])
+        if kim:
+            longest = max(len(w.encode()) for w in words) + 2
+            spellings = spellings[:, :longest]
+            for p in self.encoder.parameters():
+                nn.init.uniform_(p, -0.05, 0.05)
+            with torch.no_grad():
+                for b in self.encoder.highway_carry_b:
+                    b.fill_(-2.0)
+                self.encoder.char_embed[PAD_CHAR].zero_()
+            self.encoder.char_embed.register_hook(lambda g: g.index_fill(0, torch.tensor([PAD_CHAR]), 0.0))
+        self.register_buffer("spellings", spellings)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        words, where = x.unique(return_inverse=True)  # each distinct word through the CNN once
+        return self.encoder(self.spellings[words])[where]
 
 
 def zero_states(rows: int, dim: int = 300):
@@ -104,10 +147,20 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--lr", type=float, default=1.0)
+    p.add_argument("--optimizer", choices=["sgd", "adagrad"], default="sgd",
+                   help="adagrad: bilm-tf's (initial accumulator 1.0), the default of `elmo train`")
+    p.add_argument("--lr", type=float, help="default: 1 for SGD (Kim's), 0.2 for Adagrad (bilm-tf's)")
     p.add_argument("--bidirectional", action="store_true",
                    help="train a word-level biLM (the loss: mean of the two directions, as ours) and report the forward LM")
     p.add_argument("--elmo-lstm", action="store_true", help="use this package's LSTM layer instead of nn.LSTM")
+    p.add_argument("--char-cnn", action="store_true",
+                   help="build the word vectors with this package's character encoder (ptb_char_small.py's sizes)")
+    p.add_argument("--kim-chars", action="store_true",
+                   help="with --char-cnn: Kim et al.'s initialisation and padding on the character side")
+    p.add_argument("--no-char-projection", action="store_true",
+                   help="with --char-cnn: the 525 highway outputs feed the LSTM directly (Kim et al.'s model)")
+    p.add_argument("--clip-separately", action="store_true",
+                   help="with --char-cnn: clip the character encoder's gradient and the rest's at 5 each, not jointly")
     p.add_argument("--shuffle-sentences", action="store_true",
                    help="shuffle the training sentences each epoch before cutting the streams (as our biLM's batching)")
     args = p.parse_args()
@@ -115,11 +168,18 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     data, rows, unroll = Path(args.data), 20, 35
     words = (data / "ptb.train.txt").read_text().replace("\n", " <eos> ").split()
-    vocab = {w: i for i, w in enumerate(sorted(set(words)))}
+    names = sorted(set(words))
+    vocab = {w: i for i, w in enumerate(names)}
     valid_ids = read_ids(data / "ptb.valid.txt", vocab)
     shuffle = torch.Generator().manual_seed(args.seed) if args.shuffle_sentences else None
-    model = WordLM(len(vocab), bidirectional=args.bidirectional, elmo_lstm=args.elmo_lstm)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    model = WordLM(names, bidirectional=args.bidirectional, elmo_lstm=args.elmo_lstm, char_cnn=args.char_cnn,
+                   kim_chars=args.kim_chars, char_projection=not args.no_char_projection)
+    if args.optimizer == "sgd":
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr or 1.0)
+    else:
+        optimizer = torch.optim.Adagrad(model.parameters(), lr=args.lr or 0.2, initial_accumulator_value=1.0)
+    chars = [p for name, p in model.named_parameters() if name.startswith("embed.encoder.")]
+    groups = [chars, [p for name, p in model.named_parameters() if not name.startswith("embed.encoder.")]]
     train_ids = read_ids(data / "ptb.train.txt", vocab)
     for epoch in range(1, args.epochs + 1):
         if shuffle is not None:
@@ -127,7 +187,7 @@ def main() -> None:
         streams = train_ids[: len(train_ids) // rows * rows].view(rows, -1)
         reversed_streams = streams.flip(1)  # the backward LM reads each row's text from its end
         steps = (streams.shape[1] - 1) // unroll
-        states, back_states, total = zero_states(rows), zero_states(rows), 0.0
+        states, back_states, total, norms = zero_states(rows), zero_states(rows), 0.0, 0.0
         for step in range(steps):
             window = slice(step * unroll, (step + 1) * unroll)
             target = slice(step * unroll + 1, (step + 1) * unroll + 1)
@@ -139,13 +199,18 @@ def main() -> None:
                 back = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), reversed_streams[:, target].reshape(-1))
                 objective = 0.5 * (loss + back)
             (objective * unroll).backward()
-            nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            if args.clip_separately:
+                norm = sum(nn.utils.clip_grad_norm_(group, 5.0) ** 2 for group in groups) ** 0.5
+            else:
+                norm = nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            norms += float(norm)
             optimizer.step()
             optimizer.zero_grad()
             total += loss.item()
             if (step + 1) % 50 == 0:
-                print(f"epoch {epoch} step {step + 1}: train ppl {math.exp(total / 50):.1f}", flush=True)
-                total = 0.0
+                print(f"epoch {epoch} step {step + 1}: train ppl {math.exp(total / 50):.1f}, "
+                      f"mean gradient norm {norms / 50:.2f}", flush=True)
+                total = norms = 0.0
         print(f"epoch {epoch}: valid ppl {valid_perplexity(model, valid_ids, unroll):.1f}", flush=True)
 
 

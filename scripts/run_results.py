@@ -44,7 +44,7 @@ FRACTIONS = [0.01, 0.1, 1.0]
 # stop before the tagger predicts its first entity (F1 0 in a first run). Dev is scored every few
 # epochs, so its cost does not grow with the number of (cheap) epochs; patience counts dev scorings.
 PTB_LOGS = [REPO / "benchmarks" / "results" / f"ptb-char-small-cpu{suffix}.jsonl" for suffix in ("", "-partial")]
-PTB_COMMAND = "python benchmarks/ptb_char_small.py --out ../runs/ptb-cpu --threads 2"
+PTB_COMMAND = "python benchmarks/ptb_char_small.py --out ../runs/ptb-525 --threads 2"
 PTB_TARGET = 92.3  # Kim et al. (2016), LSTM-Char-Small, test perplexity
 LOW_RESOURCE_SCHEDULE = {0.01: ["--epochs", "100", "--eval-every", "5", "--patience", "3"],
                          0.1: ["--epochs", "40", "--eval-every", "2", "--patience", "3"]}
@@ -424,15 +424,16 @@ def render(args, runs) -> str:
 def ptb_section() -> list[str]:
     """The PTB language-modelling benchmark, from the per-epoch log `benchmarks/ptb_char_small.py` writes."""
     lines = ["## Language modelling: PTB perplexity (Kim et al. 2016's LSTM-Char-Small size)", "",
-             "A biLM with LSTM-Char-Small's sizes (char CNN of 525 filters, widths 1-6, one highway layer, 2 LSTM",
-             "layers of 300) trained on Mikolov's PTB with Kim et al.'s schedule (25 epochs, SGD halved on plateau);",
+             "A biLM with LSTM-Char-Small's sizes (char CNN of 525 filters, widths 1-6, one highway layer feeding",
+             "2 LSTM layers of 300 cells, each projected up to 525 as the file format needs) trained on Mikolov's",
+             "PTB with Kim et al.'s schedule (25 epochs, SGD halved on plateau);",
              "word-level perplexity, end of sentence included, text read in order with the state carried.",
              f"Target: forward test perplexity at or below {PTB_TARGET} (Kim et al.'s; their Large: 78.9).",
              "docs/training.md has the earlier runs and what was tried on the way.", ""]
     log = next((p for p in PTB_LOGS if p.exists()), None)
     records = [json.loads(line) for line in log.read_text().splitlines()] if log else []
     if not records:
-        return lines + ["No epoch finished yet.", "", "```", PTB_COMMAND, "```", ""]
+        return lines + ["No epoch of the current run has finished yet.", "", "```", PTB_COMMAND, "```", ""]
     last = records[-1]
     if "test" in last:
         t = last["test"]
