@@ -5,12 +5,13 @@ Kim et al.'s Small: char embedding 15, 525 tanh filters (25*w for widths 1-6), o
 first layer's input: `model/LSTMTDNN.lua` in yoonkim/lstm-char-cnn), SGD at lr 1 halved whenever
 validation perplexity improves by less than 1, gradient norm clipped at 5, batch 20, unroll 35,
 25 epochs. Here the same sizes train as a biLM with `elmo train` (both directions, full softmax, no
-skip connections, `--no-first-layer-dropout`). The one change is forced by the file format, where
-every layer (the token layer included) has the LSTM's output width: the 525 highway outputs feed
-the first LSTM directly, as Kim's, and each LSTM's 300 cells are projected up to 525, which adds
-parameters but nothing the model can express (everything above sees a linear image of the 300-dim
-state). Projecting the highway outputs down to 300 instead (`--projection-dim 300`, the earlier
-runs) made training stall far above the target (docs/training.md). `--lr` and `--clip` are there
+skip connections, `--no-first-layer-dropout`). In the file format every layer, the token layer
+included, has the LSTM's output width, so to feed the 525 highway outputs to the first LSTM as Kim
+does, each LSTM's 300 cell outputs go through a projection fixed at [I 0] (frozen in training): they
+become the first 300 of its 525 outputs and the rest stay zero, so the model computes exactly
+LSTM-Char-Small, saved as an ordinary ELMo model. Projecting the highway outputs down to 300
+instead (`--projection-dim 300`, the earlier runs) made training stall far above the target, and
+a trained 300 -> 525 projection made the first steps unstable (docs/training.md). `--lr` and `--clip` are there
 for experiments (docs/training.md: lr 2 with clip 5/sqrt(2), Kim's step per direction, trained worse).
 
 Perplexity is per word over Mikolov's test set, end of sentence included (82,430 tokens), with one
@@ -30,23 +31,29 @@ from pathlib import Path
 
 import torch
 
+from elmo.bilm import BiLM
 from elmo.cli import main as elmo
+from elmo.options import BiLMConfig
 from elmo.training.checkpoint import latest_checkpoint
 from elmo.training.data import count_targets
 from elmo.training.export import load_run
 from elmo.training.perplexity import perplexity
 from elmo.training.trainer import TrainSettings, train
+from elmo.weights import save_bilm
 
 SHARED = Path(os.environ.get("ELMO_SHARED", Path(__file__).resolve().parents[1].parent / "shared"))
 DATA = SHARED / "data" / "ptb_mikolov"
 
 
+FIXED_PROJECTIONS = "bilm.*_lstm.layers.*.W_P_0"
+
+
 def kim_small(projection_dim: int = 525) -> dict:
     """The options of a biLM with LSTM-Char-Small's sizes; `projection_dim` is the LSTM's output width.
 
-    525 (the default): no projection after the highway layer, as Kim et al.; each LSTM of 300 cells
-    projects its output to 525, a linear map that changes nothing the model can express. 300: the
-    highway outputs are projected to 300 (the earlier runs; that projection trains badly).
+    525 (the default): no projection after the highway layer, as Kim et al.; each LSTM's 300 cells
+    are projected to 525 (fixed at [I 0] by `write_initial_model`). 300: the highway outputs are
+    projected to 300 (the earlier runs; that projection trains badly).
     """
     return {
         "lstm": {"dim": 300, "projection_dim": projection_dim, "n_layers": 2, "cell_clip": None, "proj_clip": None,
@@ -54,6 +61,18 @@ def kim_small(projection_dim: int = 525) -> dict:
         "char_cnn": {"activation": "tanh", "embedding": {"dim": 15}, "filters": [[w, 25 * w] for w in range(1, 7)],
                      "n_highway": 1, "max_characters_per_token": 50, "n_characters": 261},
     }
+
+
+def write_initial_model(model_dir: Path, seed: int) -> None:
+    """A fresh 525-wide biLM whose LSTM projections are [I 0]: each layer's 300 cell outputs, padded with zeros."""
+    torch.manual_seed(seed)
+    bilm = BiLM(BiLMConfig.from_options(kim_small(525)))
+    with torch.no_grad():
+        for stack in (bilm.forward_lstm, bilm.backward_lstm):
+            for layer in stack.layers:
+                layer.W_P_0.copy_(torch.eye(*layer.W_P_0.shape))
+    model_dir.mkdir(parents=True, exist_ok=True)
+    save_bilm(bilm, model_dir / "options.json", model_dir / "weights.hdf5")
 
 
 def score(out: Path, text: Path, lines: int | None, device: str = "cpu") -> dict:
@@ -90,11 +109,18 @@ def main() -> None:
     records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     lr = records[-1]["next_lr"] if records else args.lr
     best = min((r["valid"]["forward"] for r in records), default=float("inf"))
+    if args.projection_dim == 525:
+        initial = out / "initial-model"
+        if not (initial / "weights.hdf5").exists():
+            write_initial_model(initial, args.seed)
+        architecture = {"init_from": str(initial), "freeze": [FIXED_PROJECTIONS]}
+    else:
+        architecture = {"options": kim_small(300)}
     per_epoch = args.steps_per_epoch or count_targets([str(data / "ptb.train.txt")]) // (20 * 35)
     started = time.time() - (records[-1]["wall_s"] if records else 0.0)
     for epoch in range(len(records) + 1, args.epochs + 1):
         train(TrainSettings(
-            out=str(out), train=[str(data / "ptb.train.txt")], vocab=str(vocab), options=kim_small(args.projection_dim), seed=args.seed,
+            out=str(out), train=[str(data / "ptb.train.txt")], vocab=str(vocab), seed=args.seed, **architecture,
             optimizer="sgd", lr=lr, clip_norm=args.clip, dropout=0.5, first_layer_dropout=False, batch_size=20, unroll_steps=35, sampled=False,
             max_steps=epoch * per_epoch, threads=args.threads, device=device, checkpoint_every=min(per_epoch, 200), log_every=50,
             resume=latest_checkpoint(out) is not None))

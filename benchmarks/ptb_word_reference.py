@@ -159,6 +159,8 @@ def main() -> None:
                    help="with --char-cnn: Kim et al.'s initialisation and padding on the character side")
     p.add_argument("--no-char-projection", action="store_true",
                    help="with --char-cnn: the 525 highway outputs feed the LSTM directly (Kim et al.'s model)")
+    p.add_argument("--char-lr-scale", type=float, default=1.0,
+                   help="with --char-cnn and SGD: the character encoder's learning rate, as a fraction of --lr")
     p.add_argument("--clip-separately", action="store_true",
                    help="with --char-cnn: clip the character encoder's gradient and the rest's at 5 each, not jointly")
     p.add_argument("--shuffle-sentences", action="store_true",
@@ -174,12 +176,14 @@ def main() -> None:
     shuffle = torch.Generator().manual_seed(args.seed) if args.shuffle_sentences else None
     model = WordLM(names, bidirectional=args.bidirectional, elmo_lstm=args.elmo_lstm, char_cnn=args.char_cnn,
                    kim_chars=args.kim_chars, char_projection=not args.no_char_projection)
+    chars = [p for name, p in model.named_parameters() if name.startswith("embed.encoder.")]
+    rest = [p for name, p in model.named_parameters() if not name.startswith("embed.encoder.")]
     if args.optimizer == "sgd":
-        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr or 1.0)
+        lr = args.lr or 1.0
+        optimizer = torch.optim.SGD([{"params": rest}, {"params": chars, "lr": lr * args.char_lr_scale}], lr=lr)
     else:
         optimizer = torch.optim.Adagrad(model.parameters(), lr=args.lr or 0.2, initial_accumulator_value=1.0)
-    chars = [p for name, p in model.named_parameters() if name.startswith("embed.encoder.")]
-    groups = [chars, [p for name, p in model.named_parameters() if not name.startswith("embed.encoder.")]]
+    groups = [chars, rest]
     train_ids = read_ids(data / "ptb.train.txt", vocab)
     for epoch in range(1, args.epochs + 1):
         if shuffle is not None:

@@ -267,3 +267,26 @@ def test_torchrun_two_processes_match_one_process(tmp_path, fixture_run):
     saved = load_checkpoint(latest_checkpoint(run))["model"]
     for name, value in model.state_dict().items():
         torch.testing.assert_close(saved[name], value, rtol=1e-4, atol=1e-5)
+
+
+def test_frozen_parameters_stay_fixed_and_survive_resume(tmp_path, fixture_run):
+    _, _, flags = fixture_run
+    run = tmp_path / "frozen"
+    frozen = ["--freeze", "bilm.char_encoder.*", "bilm.forward_lstm.layers.1.W_P_0"]
+    assert cli_main(["train", *flags, *frozen, "--max-steps", "2", "--checkpoint-every", "1", "--keep-checkpoints", "5",
+                     "--out", str(run)]) == 0
+    assert cli_main(["train", "--out", str(run), "--resume", "--max-steps", "4", "--threads", "1", "--no-progress"]) == 0
+    (_, first), *_, (_, last) = list_checkpoints(run)
+    before, after = load_checkpoint(first)["model"], load_checkpoint(last)["model"]
+    fixed = {n for n in before if n.startswith("bilm.char_encoder.") or n == "bilm.forward_lstm.layers.1.W_P_0"}
+    assert len(fixed) > 5
+    assert all(torch.equal(before[n], after[n]) for n in fixed)
+    assert all(not torch.equal(before[n], after[n]) for n in before if n not in fixed and "lstm" in n)
+    assert json.loads((run / "run.json").read_text())["freeze"] == frozen[1:]
+
+
+def test_freeze_pattern_that_matches_nothing_is_refused(tmp_path, fixture_run, capsys):
+    _, _, flags = fixture_run
+    assert cli_main(["train", *flags, "--freeze", "bilm.cnn.*", "--max-steps", "1", "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err
+    assert "--freeze 'bilm.cnn.*' matches no parameter; the names are: bilm.char_encoder.char_embed" in err

@@ -36,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dropout", type=float, help="default 0.1")
     p.add_argument("--no-first-layer-dropout", dest="first_layer_dropout", action="store_const", const=False,
                    help="no dropout on the first LSTM layer's input, as Kim et al. 2016 (bilm-tf drops it out)")
+    p.add_argument("--freeze", nargs="+", metavar="GLOB",
+                   help="keep the parameters whose names match these patterns fixed, e.g. 'bilm.char_encoder.*' to "
+                   "fine-tune only the LSTMs (a pattern that matches nothing is refused, with the names listed)")
     p.add_argument("--clip-norm", type=float, help="global gradient-norm clip (default 10)")
     p.add_argument("--lr", type=float, help="learning rate (default 0.2 for adagrad, 0.001 for adam, 1.0 for sgd); "
                    "with --resume, the new rate from there on")
@@ -102,7 +105,7 @@ def run_train(args: argparse.Namespace) -> int:
         options = preset_options(args.preset)
     elif args.options:
         options = read_options(args.options).to_options()
-    names = ["train", "vocab", "init_from", "batch_size", "unroll_steps", "dropout", "first_layer_dropout", "clip_norm", "lr", "optimizer",
+    names = ["train", "vocab", "init_from", "batch_size", "unroll_steps", "dropout", "first_layer_dropout", "freeze", "clip_norm", "lr", "optimizer",
              "sampled", "negatives", "batching", "seed", "max_steps", "max_minutes", "epochs", "checkpoint_every", "checkpoint_minutes",
              "keep_checkpoints", "log_every", "threads", "device", "bf16", "resume", "progress"]
     settings = TrainSettings(out=args.out, options=options, **{n: getattr(args, n) for n in names})

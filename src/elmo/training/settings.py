@@ -27,7 +27,8 @@ OPTION_KEYS = {
     "epochs": ("n_epochs", 10),
 }
 LR_DEFAULTS = {"adagrad": 0.2, "adam": 0.001, "sgd": 1.0}
-RUN_KEYS = {"optimizer": "adagrad", "batching": "stream", "seed": 0, "first_layer_dropout": True}  # kept in run.json
+# kept in run.json; `freeze`: glob patterns of parameter names that training leaves as they are
+RUN_KEYS = {"optimizer": "adagrad", "batching": "stream", "seed": 0, "first_layer_dropout": True, "freeze": []}
 # How often to save and log (bilm-tf: every 1250 batches, 2 kept); a resumed run keeps its own unless told.
 CONTROL_DEFAULTS = {"checkpoint_every": 1250, "checkpoint_minutes": 30.0, "keep_checkpoints": 2, "log_every": 10}
 CAN_CHANGE_ON_RESUME = ("max_steps", "epochs", "lr")  # a new --lr applies from the resumed step on
@@ -46,6 +47,7 @@ class TrainSettings:
     unroll_steps: int | None = None
     dropout: float | None = None
     first_layer_dropout: bool | None = None
+    freeze: list[str] | None = None
     clip_norm: float | None = None
     lr: float | None = None
     optimizer: str | None = None
@@ -100,7 +102,7 @@ def fresh_run(s: TrainSettings) -> tuple[dict, dict, Vocab]:
     for name, (key, default) in OPTION_KEYS.items():
         value = getattr(s, name)
         options[key] = value if value is not None else options.get(key, default)
-    run = {name: getattr(s, name) if getattr(s, name) is not None else default for name, default in RUN_KEYS.items()}
+    run = {name: getattr(s, name) if getattr(s, name) is not None else copy.deepcopy(default) for name, default in RUN_KEYS.items()}
     options["learning_rate"] = s.lr if s.lr is not None else options.get("learning_rate", LR_DEFAULTS.get(run["optimizer"], 0.2))
     options["bidirectional"] = True
     vocab = Vocab.load(s.vocab)

@@ -9,6 +9,7 @@ states, so a resumed run computes exactly what the uninterrupted one would have.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import json
 import math
 import sys
@@ -72,12 +73,27 @@ def _build_model(options: dict, vocab: Vocab, run: dict, rank: int, init: bool =
     return model, generator
 
 
+def freeze_parameters(model: torch.nn.Module, patterns: list[str]) -> list[str]:
+    """Keep the parameters whose names match a glob (e.g. `bilm.char_encoder.*`) fixed; -> their names."""
+    names = [name for name, _ in model.named_parameters()]
+    frozen = []
+    for pattern in patterns:
+        matches = fnmatch.filter(names, pattern)
+        check(bool(matches), f"--freeze {pattern!r} matches no parameter; the names are: {', '.join(names)}")
+        frozen += [name for name in matches if name not in frozen]
+    for name, p in model.named_parameters():
+        if name in frozen:
+            p.requires_grad_(False)
+    return frozen
+
+
 def _make_optimizer(model: torch.nn.Module, options: dict, run: dict) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
     if run["optimizer"] == "adam":
-        return torch.optim.Adam(model.parameters(), lr=options["learning_rate"])
+        return torch.optim.Adam(params, lr=options["learning_rate"])
     if run["optimizer"] == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=options["learning_rate"])
-    return torch.optim.Adagrad(model.parameters(), lr=options["learning_rate"], initial_accumulator_value=1.0)
+        return torch.optim.SGD(params, lr=options["learning_rate"])
+    return torch.optim.Adagrad(params, lr=options["learning_rate"], initial_accumulator_value=1.0)
 
 
 def _rng_state(generator: torch.Generator, device: torch.device) -> dict:
@@ -153,6 +169,7 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
 
     torch.manual_seed(run["seed"])
     model, generator = _build_model(options, vocab, run, rank, init=checkpoint is None)
+    freeze_parameters(model, run.get("freeze", []))
     model.to(device)
     optimizer = _make_optimizer(model, options, run)
     rows, unroll = options["batch_size"], options["unroll_steps"]
@@ -177,7 +194,7 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
             _truncate_metrics(out / METRICS_FILE, step)
     trained = DistributedDataParallel(model) if world > 1 else model
     model.train()
-    params = [p for p in model.parameters()]
+    params = [p for p in model.parameters() if p.requires_grad]
 
     def save(at_step: int) -> Path | None:
         if not all(torch.isfinite(p).all() for p in params):
