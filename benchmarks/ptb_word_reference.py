@@ -7,7 +7,9 @@ as 20 contiguous streams (Zaremba et al. / Kim et al. batching). Prints the trai
 every 50 steps and the validation perplexity (in order, state carried) after each epoch, so the
 first epochs of `ptb_char_small.py` can be compared with what this recipe gives a plain model.
 `--bidirectional` adds a backward LSTM stack sharing the embedding and the softmax, trained on the
-mean of the two directions' losses as our biLM; the forward LM is what is reported.
+mean of the two directions' losses as our biLM; the forward LM is what is reported. The other flags
+swap in one of our parts at a time (`--elmo-lstm`, `--char-cnn` and its variants): docs/training.md
+has the table, which showed the 525 -> 300 projection after the highway layer stalling training.
 
     python benchmarks/ptb_word_reference.py --epochs 1 --threads 1
 """
