@@ -49,7 +49,7 @@ class WordLM(nn.Module):
         width = getattr(self.embed, "dim", dim)
 
         def make(inputs: int) -> nn.Module:
-            return _ElmoLstm(inputs, dim) if elmo_lstm else nn.LSTM(inputs, dim, batch_first=True)
+            return _ElmoLstm(inputs) if elmo_lstm else nn.LSTM(inputs, dim, batch_first=True)
 
         self.lstms = nn.ModuleList([make(width), make(dim)])
         if bidirectional:
@@ -71,17 +71,14 @@ class WordLM(nn.Module):
 class _ElmoLstm(nn.Module):
     """This package's LSTM layer (its own initialisation) behind nn.LSTM's batch-first interface."""
 
-    def __init__(self, inputs: int = 300, dim: int = 300):
+    def __init__(self, inputs: int = 300):
         super().__init__()
+        from ptb_char_small import kim_small
+
         from elmo.bilm import LstmLayer
         from elmo.options import BiLMConfig
 
-        config = BiLMConfig.from_options({
-            "lstm": {"dim": dim, "projection_dim": dim, "n_layers": 1, "cell_clip": None, "proj_clip": None,
-                     "use_skip_connections": False},
-            "char_cnn": {"activation": "tanh", "embedding": {"dim": 4}, "filters": [[1, 4]], "n_highway": 0,
-                         "max_characters_per_token": 50, "n_characters": 261}})
-        self.layer = LstmLayer(inputs, config)
+        self.layer = LstmLayer(inputs, BiLMConfig.from_options(kim_small(300)))  # 300 cells, no projection
 
     def forward(self, x, state):
         h0, c0 = state
