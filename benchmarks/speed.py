@@ -124,6 +124,7 @@ def worker_embed(args) -> dict:
 
 def worker_train(args) -> dict:
     """Forward + backward + Adagrad step with sampled softmax on 128 x 20 token windows (bilm-tf batching)."""
+    from elmo.allocator import keep_freed_memory
     from elmo.options import BiLMConfig
     from elmo.training.data import SentenceSource, StreamBatcher
     from elmo.training.model import LanguageModel, detach_states
@@ -131,6 +132,8 @@ def worker_train(args) -> dict:
     from elmo.training.vocab import Vocab
 
     torch.set_num_threads(args.threads)
+    if args.device == "cpu":
+        keep_freed_memory()  # as `elmo train` does
     torch.manual_seed(0)
     options = json.loads(Path(args.options).read_text())
     vocab = Vocab.load(args.vocab)

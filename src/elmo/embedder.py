@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 import torch
 
+from .allocator import keep_freed_memory
 from .bilm import BiLM
 from .chars import batch_to_ids
 from .models import ModelFiles, resolve_model
@@ -43,6 +44,8 @@ class Embedder:
             files = resolve_model("default")
             bilm = load_bilm(files.options_file, files.weight_file)
         self.device = torch.device(device)
+        if self.device.type == "cpu":
+            keep_freed_memory()
         self.bilm = bilm.to(self.device).eval()
         self.batch_size = batch_size
         self.bf16 = bf16

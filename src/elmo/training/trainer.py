@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from ..allocator import keep_freed_memory
 from ..fileio import atomic_path
 from ..models import OPTIONS_NAME, VOCAB_NAME, ModelFiles
 from ..options import BiLMConfig, write_options
@@ -139,6 +140,8 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
         check(s.threads > 0, f"--threads must be positive, found {s.threads}")
         torch.set_num_threads(s.threads)
     check(not s.bf16 or device.type == "cuda", "--bf16 needs a GPU (--device cuda)")
+    if device.type == "cpu":
+        keep_freed_memory()
     out = Path(s.out)
     checkpoint = None
     if s.resume:

@@ -1,0 +1,40 @@
+"""Keep freed memory in the process instead of handing it back to the OS (glibc, CPU work).
+
+glibc serves every allocation above 32 MB with a fresh `mmap` and unmaps it again on `free`, so
+each batch's large activations are page-faulted in anew: at the `original` size one LSTM layer's
+gate inputs for all time steps of a batch of 64 are ~100 MB, and the sampled softmax's logits are
+~80 MB per direction. Zero-filling those pages cost 12-13% of CPU embedding time and ~10% of a
+`tiny` training step (docs/performance.md). Serving them from the heap and never trimming it makes
+the next batch reuse the same pages. The price is that the process keeps its peak memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_MAX = -4
+_applied = False
+
+
+def keep_freed_memory() -> bool:
+    """Apply once per process; True when glibc took the settings.
+
+    Does nothing off Linux/glibc, or when the environment sets ELMO_KEEP_FREED_MEMORY=0.
+    """
+    global _applied
+    if _applied:
+        return True
+    if os.environ.get("ELMO_KEEP_FREED_MEMORY", "1") == "0" or not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (e.g. musl has no mallopt)
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    _applied = bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+    return _applied

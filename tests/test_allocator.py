@@ -1,0 +1,41 @@
+"""`keep_freed_memory`: a large tensor freed and allocated again reuses its pages (no fresh page faults)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+SCRIPT = """
+import resource, torch
+from elmo import allocator
+from elmo.embedder import Embedder
+from elmo.bilm import BiLM
+from elmo.options import BiLMConfig
+Embedder(BiLM(BiLMConfig.from_options({"lstm": {"dim": 8, "projection_dim": 4, "n_layers": 1},
+    "char_cnn": {"filters": [[1, 4]], "n_highway": 1, "embedding": {"dim": 4}, "n_characters": 262,
+                 "max_characters_per_token": 50, "activation": "relu"}})))
+applied = allocator._applied  # set by the Embedder on a CPU
+torch.empty(16 << 20).fill_(1.0)  # 64 MB, freed at once
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+torch.empty(16 << 20).fill_(2.0)
+print(applied, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def run(setting: str) -> tuple[bool, int]:
+    env = dict(os.environ, ELMO_KEEP_FREED_MEMORY=setting)
+    out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, check=True)
+    applied, faults = out.stdout.split()
+    return applied == "True", int(faults)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux only")
+def test_an_embedder_keeps_freed_memory_for_the_next_batch():
+    applied, faults = run("1")
+    assert applied
+    assert faults < 1000  # a fresh 64 MB would be ~16,000 page faults of 4 KB
+
+    applied, faults = run("0")  # the opt-out: glibc's default, each large allocation is a fresh mapping
+    assert not applied
+    assert faults > 10000
