@@ -1,4 +1,4 @@
-"""`keep_freed_memory`: a large tensor freed and allocated again reuses its pages (no fresh page faults)."""
+"""`keep_freed_memory`: large tensors freed and allocated again reuse their pages (no fresh page faults)."""
 
 import os
 import subprocess
@@ -16,9 +16,11 @@ Embedder(BiLM(BiLMConfig.from_options({"lstm": {"dim": 8, "projection_dim": 4, "
     "char_cnn": {"filters": [[1, 4]], "n_highway": 1, "embedding": {"dim": 4}, "n_characters": 262,
                  "max_characters_per_token": 50, "activation": "relu"}})))
 applied = allocator._applied  # set by the Embedder on a CPU
-torch.empty(16 << 20).fill_(1.0)  # 64 MB, freed at once
+for _ in range(8):  # until the heap holds a free block that fits (alignment can take a few rounds)
+    torch.empty(16 << 20).fill_(1.0)  # 64 MB, freed at once
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-torch.empty(16 << 20).fill_(2.0)
+for _ in range(4):
+    torch.empty(16 << 20).fill_(2.0)
 print(applied, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
@@ -34,8 +36,8 @@ def run(setting: str) -> tuple[bool, int]:
 def test_an_embedder_keeps_freed_memory_for_the_next_batch():
     applied, faults = run("1")
     assert applied
-    assert faults < 1000  # a fresh 64 MB would be ~16,000 page faults of 4 KB
+    assert faults < 1000  # four fresh 64 MB buffers would be ~65,000 page faults of 4 KB
 
     applied, faults = run("0")  # the opt-out: glibc's default, each large allocation is a fresh mapping
     assert not applied
-    assert faults > 10000
+    assert faults > 60000

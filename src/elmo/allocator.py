@@ -5,7 +5,9 @@ each batch's large activations are page-faulted in anew: at the `original` size 
 gate inputs for all time steps of a batch of 64 are ~100 MB, and the sampled softmax's logits are
 ~80 MB per direction. Zero-filling those pages cost 12-13% of CPU embedding time and ~10% of a
 `tiny` training step (docs/performance.md). Serving them from the heap and never trimming it makes
-the next batch reuse the same pages. The price is that the process keeps its peak memory.
+the next batch reuse the same pages. The price: the process keeps its peak memory, and because
+torch asks for 64-byte-aligned blocks, a freed block is not always reused at once, so the heap can
+settle at a few times the largest buffer (+150-300 MB for `original` embedding, measured).
 """
 
 from __future__ import annotations
