@@ -5,6 +5,7 @@ import torch
 from reference import bilm_sentence, char_encoder
 
 from elmo import BiLMConfig, batch_to_ids, remove_sentence_boundaries
+from elmo import bilm as bilm_module
 from elmo.bilm import BiLM
 
 SENTENCES = [
@@ -38,8 +39,12 @@ ARCHITECTURES = {
 }
 
 
+@pytest.mark.parametrize("row_major_rows", [0, None, 10**6], ids=["transposed", "default", "row_major"])
 @pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_fast_path_equals_reference(arch):
+def test_fast_path_equals_reference(arch, row_major_rows, monkeypatch):
+    if row_major_rows is not None:  # force every step's products into one form (the default mixes both here)
+        monkeypatch.setattr(bilm_module, "RECURRENT_ROW_MAJOR_MAX_ROWS", row_major_rows)
+        monkeypatch.setattr(bilm_module, "PROJECTION_ROW_MAJOR_MAX_ROWS", row_major_rows)
     torch.manual_seed(0)
     bilm = BiLM(make_config(**ARCHITECTURES[arch])).double().eval()  # float64: same math, not same rounding
     with torch.no_grad():

@@ -19,6 +19,12 @@ from .options import BiLMConfig
 
 LstmState = tuple[torch.Tensor, torch.Tensor]  # (c, h), each (rows, width)
 
+# Up to these many active rows a step's products run row-major (h^T @ W) instead of transposed:
+# MKL repacks the whole weight per call in the transposed form, which dominates for a handful of
+# columns (`python benchmarks/lstm_step.py --sweep-rows`, docs/performance.md).
+RECURRENT_ROW_MAJOR_MAX_ROWS = 3
+PROJECTION_ROW_MAJOR_MAX_ROWS = 8
+
 
 class CharEncoder(nn.Module):
     """Token ids (N, 50) -> context-free token vectors (N, projection_dim): doc sections 4.1-4.4."""
@@ -141,31 +147,39 @@ class LstmLayer(nn.Module):
         work is spent on padding and each row's final state is the one after its last real step.
         The recurrence runs transposed (gates as (4H, n), state as (H, n)): BLAS computes the
         per-step product W_h^T (4H, P) @ h^T (P, n) about twice as fast as h (n, P) @ W_h (P, 4H)
-        for the small n of one time step, and every gate block is then a contiguous row slice.
+        for the small n of one time step, and every gate block is then a contiguous row slice. For a
+        handful of rows (the tail of a batch whose longest sentence runs on alone) the row-major
+        form is the faster one and is used instead.
         """
         batch, steps, _ = x.shape
         bias = (self.B + self._forget_one()).unsqueeze(1)
-        # (4H, T*B), column t*B + b: each step's pre-activations are one block of B columns.
-        x_time_major = x.transpose(0, 1).reshape(steps * batch, -1)
-        pre = torch.addmm(bias, self.W_0[: self.input_dim].t(), x_time_major.t())
-        pre_steps = pre.split(batch, dim=1)  # one view per step: backward joins their grads once, not T full-size adds
-        w_h = self.W_0[self.input_dim :].t().contiguous()
+        active = [n for n in (lengths.unsqueeze(1) > torch.arange(steps, device=lengths.device)).sum(0).tolist() if n]
+        # The input-to-gates product of all real time steps at once, as (4H, sum of active): step t's
+        # block is its first active[t] rows, so padded positions cost nothing (PackedSequence's layout).
+        x_time_major = x.transpose(0, 1)
+        if all(n == batch for n in active):
+            packed = x_time_major[: len(active)].reshape(len(active) * batch, -1)
+        else:
+            packed = torch.cat([x_time_major[t, :n] for t, n in enumerate(active)])
+        pre = torch.addmm(bias, self.W_0[: self.input_dim].t(), packed.t())
+        pre_steps = pre.split(active, dim=1)  # one view per step: backward joins their grads once, not T full-size adds
+        w_h_rows = self.W_0[self.input_dim :]
+        w_h = w_h_rows.t().contiguous()
         w_p = self.W_P_0.t().contiguous() if self.W_P_0 is not None else None
-        active = (lengths.unsqueeze(1) > torch.arange(steps, device=lengths.device)).sum(0).tolist()
         c, h = state[0].t(), state[1].t()
         outputs = []
-        for t in range(steps):
-            n = active[t]
-            if n == 0:
-                break
-            z = torch.addmm(pre_steps[t][:, :n], w_h, h[:, :n])
+        for t, n in enumerate(active):
+            if n > RECURRENT_ROW_MAJOR_MAX_ROWS:
+                z = torch.addmm(pre_steps[t], w_h, h[:, :n])
+            else:
+                z = torch.addmm(pre_steps[t].t(), h[:, :n].t(), w_h_rows).t()
             i, j, f, o = z.chunk(4, dim=0)
             c_t = torch.sigmoid(f) * c[:, :n] + torch.sigmoid(i) * torch.tanh(j)
             if self.cell_clip is not None:
                 c_t = c_t.clamp(-self.cell_clip, self.cell_clip)
             h_t = torch.sigmoid(o) * torch.tanh(c_t)
             if w_p is not None:
-                h_t = w_p @ h_t
+                h_t = w_p @ h_t if n > PROJECTION_ROW_MAJOR_MAX_ROWS else (h_t.t() @ self.W_P_0).t()
                 if self.proj_clip is not None:
                     h_t = h_t.clamp(-self.proj_clip, self.proj_clip)
             c = c_t if n == batch else torch.cat([c_t, c[:, n:]], dim=1)
