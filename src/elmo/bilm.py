@@ -167,27 +167,32 @@ class LstmLayer(nn.Module):
         w_h = w_h_rows.t().contiguous()
         w_p = self.W_P_0.t().contiguous() if self.W_P_0 is not None else None
         c, h = state[0].t(), state[1].t()
+        done_c, done_h = [], []  # final states of rows that ended, latest-ending first after the reversal below
         outputs = []
         for t, n in enumerate(active):
+            if n < c.shape[1]:  # rows n.. ended at the previous step
+                done_c.append(c[:, n:])
+                done_h.append(h[:, n:])
+                c, h = c[:, :n], h[:, :n]
             if n > RECURRENT_ROW_MAJOR_MAX_ROWS:
-                z = torch.addmm(pre_steps[t], w_h, h[:, :n])
+                z = torch.addmm(pre_steps[t], w_h, h)
             else:
-                z = torch.addmm(pre_steps[t].t(), h[:, :n].t(), w_h_rows).t()
+                z = torch.addmm(pre_steps[t].t(), h.t(), w_h_rows).t()
             i, j, f, o = z.chunk(4, dim=0)
-            c_t = torch.sigmoid(f) * c[:, :n] + torch.sigmoid(i) * torch.tanh(j)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
             if self.cell_clip is not None:
-                c_t = c_t.clamp(-self.cell_clip, self.cell_clip)
-            h_t = torch.sigmoid(o) * torch.tanh(c_t)
+                c = c.clamp(-self.cell_clip, self.cell_clip)
+            h = torch.sigmoid(o) * torch.tanh(c)
             if w_p is not None:
-                h_t = w_p @ h_t if n > PROJECTION_ROW_MAJOR_MAX_ROWS else (h_t.t() @ self.W_P_0).t()
+                h = w_p @ h if n > PROJECTION_ROW_MAJOR_MAX_ROWS else (h.t() @ self.W_P_0).t()
                 if self.proj_clip is not None:
-                    h_t = h_t.clamp(-self.proj_clip, self.proj_clip)
-            c = c_t if n == batch else torch.cat([c_t, c[:, n:]], dim=1)
-            h = h_t if n == batch else torch.cat([h_t, h[:, n:]], dim=1)
-            outputs.append(h_t.t() if n == batch else F.pad(h_t.t(), (0, 0, 0, batch - n)))
+                    h = h.clamp(-self.proj_clip, self.proj_clip)
+            outputs.append(h.t() if n == batch else F.pad(h.t(), (0, 0, 0, batch - n)))
         while len(outputs) < steps:
             outputs.append(x.new_zeros(batch, self.out_dim))
         out = torch.stack(outputs, dim=1) if outputs else x.new_zeros(batch, 0, self.out_dim)
+        if done_c:
+            c, h = torch.cat([c, *done_c[::-1]], dim=1), torch.cat([h, *done_h[::-1]], dim=1)
         return out, (c.t().contiguous(), h.t().contiguous())
 
     def _forget_one(self) -> torch.Tensor:
@@ -377,9 +382,10 @@ class BiLM(nn.Module):
         batch, steps, _ = x.shape
         lengths = mask.sum(1)
         order = torch.argsort(lengths, descending=True, stable=True)
+        in_order = bool((order == torch.arange(batch, device=order.device)).all())  # the Embedder sorts its batches
         unsort = torch.argsort(order)
         lengths_sorted = lengths[order]
-        x_sorted = x[order]
+        x_sorted = x if in_order else x[order]
         rev = _reverse_index(lengths_sorted, steps)
         x_reversed = torch.gather(x_sorted, 1, rev.unsqueeze(-1).expand_as(x_sorted))
 
@@ -392,7 +398,8 @@ class BiLM(nn.Module):
         layers = [torch.cat([x, x], dim=-1)]
         for f, b in zip(fwd, bwd):
             b = torch.gather(b, 1, rev.unsqueeze(-1).expand_as(b))
-            layers.append(torch.cat([f, b], dim=-1)[unsort])
+            both = torch.cat([f, b], dim=-1)
+            layers.append(both if in_order else both[unsort])
         return BiLMOutput(layers=layers, mask=mask)
 
     def _initial_states(self, batch: int, like: torch.Tensor, order: torch.Tensor):

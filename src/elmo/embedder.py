@@ -76,10 +76,9 @@ class Embedder:
         ids = batch_to_ids(sentences).to(self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             out = self.bilm(ids)
-        stacked = torch.stack(out.layers, dim=1)  # (B, L+1, T+2, D)
-        lengths = out.mask.sum(1) - 2
-        stacked = stacked.float().cpu().numpy()
-        return [stacked[b, :, 1 : 1 + int(n)].copy() for b, n in enumerate(lengths.tolist())]
+        lengths = (out.mask.sum(1) - 2).tolist()
+        layers = [layer.float().cpu() for layer in out.layers]  # (B, T+2, D) each
+        return [torch.stack([layer[b, 1 : 1 + n] for layer in layers]).numpy() for b, n in enumerate(lengths)]
 
     def embed_sentences(self, sentences: Iterable[Sequence[str]], layers: str = "all",
                         batch_size: int | None = None) -> Iterator[np.ndarray]:
