@@ -31,8 +31,14 @@ def main() -> None:
     p.add_argument("--projection", type=int, default=512)
     p.add_argument("--rows", type=int, default=64, help="active sentences in the step")
     p.add_argument("--repeats", type=int, default=50)
+    p.add_argument("--sweep-rows", action="store_true",
+                   help="time both products for 1-24 active rows, transposed (W^T @ h^T) and row-major (h @ W): "
+                        "where bilm.py's *_ROW_MAJOR_MAX_ROWS thresholds come from")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    if args.sweep_rows:
+        sweep_rows(args)
+        return
     H, P, n = args.cell, args.projection, args.rows
     g = torch.Generator().manual_seed(0)
     w_h, w_p = torch.randn(4 * H, P, generator=g) * 0.02, torch.randn(P, H, generator=g) * 0.02
@@ -55,6 +61,21 @@ def main() -> None:
     print("recurrent GEMM with a weight packed once (inference-only alternatives, GFLOP/s):")
     for name, fn in prepacked_variants(w_h, h).items():
         print(f"  {name}: " + (f"{2 * 4 * H * P * n / timed(fn, args.repeats) / 1e6:.0f}" if fn else "not available"))
+
+
+def sweep_rows(args) -> None:
+    H, P = args.cell, args.projection
+    g = torch.Generator().manual_seed(0)
+    w_h_rows, w_p_rows = torch.randn(P, 4 * H, generator=g), torch.randn(H, P, generator=g)  # as stored: x @ W
+    w_h, w_p = w_h_rows.t().contiguous(), w_p_rows.t().contiguous()  # as LstmLayer.forward makes them
+    print(f"{args.threads} thread(s), H={H} P={P}: ms per product, transposed / row-major")
+    for n in (1, 2, 3, 4, 6, 8, 12, 16, 24):
+        pre, h, c = torch.randn(4 * H, n, generator=g), torch.randn(P, n, generator=g), torch.randn(H, n, generator=g)
+        rec_t = timed(lambda: torch.addmm(pre, w_h, h), args.repeats)
+        rec_r = timed(lambda: torch.addmm(pre.t(), h.t(), w_h_rows).t(), args.repeats)
+        proj_t = timed(lambda: w_p @ c, args.repeats)
+        proj_r = timed(lambda: (c.t() @ w_p_rows).t(), args.repeats)
+        print(f"  n={n:2d}  recurrent {rec_t:6.2f} / {rec_r:6.2f}   projection {proj_t:6.3f} / {proj_r:6.3f}")
 
 
 def prepacked_variants(w_h: torch.Tensor, h: torch.Tensor) -> dict:
