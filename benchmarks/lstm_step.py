@@ -71,10 +71,10 @@ def sweep_rows(args) -> None:
     print(f"{args.threads} thread(s), H={H} P={P}: ms per product, transposed / row-major")
     for n in (1, 2, 3, 4, 6, 8, 12, 16, 24):
         pre, h, c = torch.randn(4 * H, n, generator=g), torch.randn(P, n, generator=g), torch.randn(H, n, generator=g)
-        rec_t = timed(lambda: torch.addmm(pre, w_h, h), args.repeats)
-        rec_r = timed(lambda: torch.addmm(pre.t(), h.t(), w_h_rows).t(), args.repeats)
-        proj_t = timed(lambda: w_p @ c, args.repeats)
-        proj_r = timed(lambda: (c.t() @ w_p_rows).t(), args.repeats)
+        rec_t = timed(lambda pre=pre, h=h: torch.addmm(pre, w_h, h), args.repeats)
+        rec_r = timed(lambda pre=pre, h=h: torch.addmm(pre.t(), h.t(), w_h_rows).t(), args.repeats)
+        proj_t = timed(lambda c=c: w_p @ c, args.repeats)
+        proj_r = timed(lambda c=c: (c.t() @ w_p_rows).t(), args.repeats)
         print(f"  n={n:2d}  recurrent {rec_t:6.2f} / {rec_r:6.2f}   projection {proj_t:6.3f} / {proj_r:6.3f}")
 
 
