@@ -1,6 +1,7 @@
 """`keep_freed_memory`: large tensors freed and allocated again reuse their pages (no fresh page faults)."""
 
 import os
+import platform
 import subprocess
 import sys
 
@@ -32,7 +33,7 @@ def run(setting: str) -> tuple[bool, int]:
     return applied == "True", int(faults)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux only")
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt settings of glibc; this C library is not glibc")
 def test_an_embedder_keeps_freed_memory_for_the_next_batch():
     applied, faults = run("1")
     assert applied
