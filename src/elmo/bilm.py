@@ -163,9 +163,11 @@ class LstmLayer(nn.Module):
             packed = torch.cat([x_time_major[t, :n] for t, n in enumerate(active)])
         pre = torch.addmm(bias, self.W_0[: self.input_dim].t(), packed.t())
         pre_steps = pre.split(active, dim=1)  # one view per step: backward joins their grads once, not T full-size adds
+        widest = active[0] if active else 0
         w_h_rows = self.W_0[self.input_dim :]
-        w_h = w_h_rows.t().contiguous()
-        w_p = self.W_P_0.t().contiguous() if self.W_P_0 is not None else None
+        # Transposed copies only when some step uses them (not for a batch of one row, as in PTB scoring).
+        w_h = w_h_rows.t().contiguous() if widest > RECURRENT_ROW_MAJOR_MAX_ROWS else None
+        w_p = self.W_P_0.t().contiguous() if self.W_P_0 is not None and widest > PROJECTION_ROW_MAJOR_MAX_ROWS else None
         c, h = state[0].t(), state[1].t()
         done_c, done_h = [], []  # final states of rows that ended, latest-ending first after the reversal below
         outputs = []
@@ -183,7 +185,7 @@ class LstmLayer(nn.Module):
             if self.cell_clip is not None:
                 c = c.clamp(-self.cell_clip, self.cell_clip)
             h = torch.sigmoid(o) * torch.tanh(c)
-            if w_p is not None:
+            if self.W_P_0 is not None:
                 h = w_p @ h if n > PROJECTION_ROW_MAJOR_MAX_ROWS else (h.t() @ self.W_P_0).t()
                 if self.proj_clip is not None:
                     h = h.clamp(-self.proj_clip, self.proj_clip)
