@@ -147,3 +147,38 @@ def test_token_cache_is_exact_and_follows_weight_changes():
     bilm.token_cache._rows.clear()
     bilm(ids).layers[0].sum().backward()  # training: no cache, gradients reach the encoder
     assert len(bilm.token_cache._rows) == 0 and bilm.char_encoder.char_embed.grad is not None
+
+
+@pytest.mark.skipif(not bilm_module._onednn_available(), reason="this torch build has no oneDNN")
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_onednn_inference_path_equals_reference(arch, monkeypatch):
+    """float32 inference on CPU takes oneDNN's packed recurrent product; same values as the plain math."""
+    packed = []
+    real_packed = bilm_module._onednn_packed
+    monkeypatch.setattr(bilm_module, "_onednn_packed", lambda *a: packed.append(real_packed(*a)) or packed[-1])
+    monkeypatch.setattr(bilm_module, "ONEDNN_RECURRENCE", True)
+    torch.manual_seed(0)
+    bilm = BiLM(make_config(**ARCHITECTURES[arch])).eval()
+    with torch.no_grad():
+        for p in bilm.parameters():
+            p.mul_(3.0)
+        out = bilm(batch_to_ids(SENTENCES))
+        assert packed and all(p is not None for p in packed)
+        monkeypatch.setattr(bilm_module, "ONEDNN_RECURRENCE", False)
+        plain = bilm(batch_to_ids(SENTENCES))
+        reference = bilm.double()
+        for row, sentence in enumerate(SENTENCES):
+            expected = bilm_sentence(reference, batch_to_ids([sentence])[0, : len(sentence)])
+            n = len(sentence) + 2
+            for k, layer in enumerate(out.layers):
+                torch.testing.assert_close(layer[row, :n].double(), expected[k], atol=1e-5, rtol=1e-5)
+                torch.testing.assert_close(layer[row, :n], plain.layers[k][row, :n], atol=1e-5, rtol=1e-5)
+                assert (layer[row, n:] == 0).all()
+
+
+def test_training_never_takes_the_inference_only_product():
+    bilm = BiLM(make_config()).train()
+    ids = batch_to_ids(SENTENCES)
+    x = bilm.char_encoder(ids.view(-1, ids.shape[-1])).view(ids.shape[0], ids.shape[1], -1)
+    layer = bilm.forward_lstm.layers[0]
+    assert bilm_module._onednn_packed(layer.W_0[8:], 5, x, layer.zero_state(5, x), layer.W_0, layer.B) is None
