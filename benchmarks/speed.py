@@ -11,6 +11,7 @@ warm-up. Prints a table and writes benchmarks/results/speed-<device>.json. See d
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -124,8 +125,11 @@ def worker_embed(args) -> dict:
 
 def worker_train(args) -> dict:
     """Forward + backward + Adagrad step with sampled softmax on 128 x 20 token windows (bilm-tf batching)."""
+    from torch.nn.parallel import DistributedDataParallel
+
     from elmo.allocator import keep_freed_memory
     from elmo.options import BiLMConfig
+    from elmo.training import distributed
     from elmo.training.data import SentenceSource, StreamBatcher
     from elmo.training.model import LanguageModel, detach_states
     from elmo.training.softmax import LogUniformSampler
@@ -134,12 +138,14 @@ def worker_train(args) -> dict:
     torch.set_num_threads(args.threads)
     if args.device == "cpu":
         keep_freed_memory()  # as `elmo train` does
+    rank, world, _ = distributed.setup(args.device)  # under torchrun: DistributedDataParallel, as `elmo train`
     torch.manual_seed(0)
     options = json.loads(Path(args.options).read_text())
     vocab = Vocab.load(args.vocab)
-    sampler = LogUniformSampler(len(vocab), args.negatives, torch.Generator().manual_seed(0))
+    sampler = LogUniformSampler(len(vocab), args.negatives, torch.Generator().manual_seed(rank))
     model = LanguageModel(BiLMConfig.from_options(options), len(vocab), dropout=0.1, sampler=sampler)
     model = model.to(args.device).train()
+    trained = DistributedDataParallel(model) if world > 1 else model
     autocast = torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
     batcher = StreamBatcher(SentenceSource([args.sentences], seed=0), vocab, 128, 20)
@@ -149,7 +155,7 @@ def worker_train(args) -> dict:
         nonlocal states
         batch = batcher.next_batch().to(args.device)
         with autocast:
-            loss_f, loss_b, new_states = model(batch, states, True)
+            loss_f, loss_b, new_states = trained(batch, states, True)
         (0.5 * (loss_f.mean() + loss_b.mean()) * 20).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
         optimizer.step()
@@ -165,10 +171,15 @@ def worker_train(args) -> dict:
         tokens = step()
         _sync(args.device)
         times.append(time.perf_counter() - start)
-    return {"impl": "elmo", "threads": args.threads, "precision": args.precision, "gpu_peak_mb": _gpu_peak_mb(args.device),
-            "tokens_per_step": tokens, "vocab": len(vocab),
+    rss = distributed.gather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    distributed.teardown()
+    if rank != 0:
+        return None
+    return {"impl": "elmo", "threads": args.threads, "processes": world, "precision": args.precision,
+            "gpu_peak_mb": _gpu_peak_mb(args.device), "tokens_per_step": tokens * world, "vocab": len(vocab),
             "negatives": args.negatives, "seconds_per_step": statistics.median(times),
-            "tokens_per_s": tokens / statistics.median(times), "passes": times}
+            "tokens_per_s": tokens * world / statistics.median(times), "passes": times,
+            "peak_rss_mb": sum(rss)}  # all processes together
 
 
 def train_flops_per_token(options: dict, negatives: int) -> float:
@@ -195,7 +206,9 @@ def run_worker(argv: list[str]) -> None:
     p.add_argument("--dump-sentences", type=int, default=64)
     args = p.parse_args(argv)
     result = {"embed": worker_embed, "train": worker_train}[args.kind](args)
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if result is None:  # a torchrun rank other than 0
+        return
+    result.setdefault("peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     print(json.dumps(result))
 
 
@@ -222,6 +235,8 @@ def main() -> None:
     p.add_argument("--shapes", default="small,original", help="embedding shapes to time")
     p.add_argument("--train-shapes", default="tiny,small", help="presets whose training step is timed ('' for none)")
     p.add_argument("--threads", default="1,2")
+    p.add_argument("--train-processes", default="1,2",
+                   help="training rows also as N torchrun processes sharing the threads (CPU; DDP with gloo)")
     p.add_argument("--sentences", type=int, default=1000)
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]; the peer runs only on CPU")
@@ -253,6 +268,7 @@ def main() -> None:
     sentence_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
     n_tokens = sum(len(line.split()) for line in lines)
     threads = [int(t) for t in args.threads.split(",")]
+    processes = [int(n) for n in args.train_processes.split(",")]
     precisions = [x for x in args.precisions.split(",") if x]
     me = [sys.executable, str(HERE / "speed.py"), "worker"]
     out = Path(args.out) if args.out else HERE / "results" / f"speed-{args.device.split(':')[0]}.json"
@@ -318,18 +334,22 @@ def main() -> None:
             options_file = work / f"train-{shape}.json"
             options_file.write_text(json.dumps(options))
             flops = train_flops_per_token(options, 8192)
-            for t in threads:
-                for precision in precisions:
-                    got = run_json(me + ["train", "--options", str(options_file), "--vocab", str(vocab_file),
-                                         "--sentences", str(sentence_file), "--threads", str(t), "--passes",
+            for t, procs, precision in itertools.product(threads, processes, precisions):
+                if t % procs or (procs > 1 and args.device != "cpu"):
+                    continue
+                launch = me if procs == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                                f"--nproc_per_node={procs}", str(HERE / "speed.py"), "worker"]
+                got = run_json(launch + ["train", "--options", str(options_file), "--vocab", str(vocab_file),
+                                         "--sentences", str(sentence_file), "--threads", str(t // procs), "--passes",
                                          str(args.passes), "--negatives", "8192", "--device", args.device,
                                          "--precision", precision])
-                    got["fraction_of_gemm_limit"] = got["tokens_per_s"] * flops / limit(t, precision)
-                    row = {"shape": shape, "threads": t, "precision": precision, "flops_per_token": flops, "ours": got}
-                    results["training"].append(row)
-                    print(f"train {shape:8s} threads={t} {precision} {got['tokens_per_s']:8.0f} tok/s "
-                          f"({got['fraction_of_gemm_limit']:.0%} of GEMM limit, {got['peak_rss_mb']:.0f} MB)", flush=True)
-                    save()
+                got["fraction_of_gemm_limit"] = got["tokens_per_s"] * flops / limit(t, precision)
+                row = {"shape": shape, "threads": t, "processes": procs, "precision": precision,
+                       "flops_per_token": flops, "ours": got}
+                results["training"].append(row)
+                print(f"train {shape:8s} threads={t} processes={procs} {precision} {got['tokens_per_s']:8.0f} tok/s "
+                      f"({got['fraction_of_gemm_limit']:.0%} of GEMM limit, {got['peak_rss_mb']:.0f} MB)", flush=True)
+                save()
     save()
     print(f"wrote {out}")
 
@@ -369,8 +389,9 @@ def markdown_tables(results: dict) -> str:
         lines += ["", "| preset | threads | precision | tokens/step | ours tok/s | train FLOP/token | % of GEMM limit "
                   "| peak memory |", "|---|---:|---|---:|---:|---:|---:|---:|"]
         for row in results["training"]:
-            ours = row["ours"]
-            lines.append(f"| {row['shape']} | {row['threads']} | {row.get('precision', 'fp32')} | "
+            ours, procs = row["ours"], row.get("processes", 1)
+            threads = f"{row['threads']}" + (f" ({procs} processes x {row['threads'] // procs}, DDP)" if procs > 1 else "")
+            lines.append(f"| {row['shape']} | {threads} | {row.get('precision', 'fp32')} | "
                          f"{ours['tokens_per_step']:,} | {ours['tokens_per_s']:,.0f} | "
                          f"{row['flops_per_token'] / 1e6:,.0f} M | {ours['fraction_of_gemm_limit']:.0%} | {memory(ours)} |")
     return "\n".join(lines)
