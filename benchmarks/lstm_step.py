@@ -32,8 +32,8 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=64, help="active sentences in the step")
     p.add_argument("--repeats", type=int, default=50)
     p.add_argument("--sweep-rows", action="store_true",
-                   help="time both products for 1-24 active rows, transposed (W^T @ h^T) and row-major (h @ W): "
-                        "where bilm.py's *_ROW_MAJOR_MAX_ROWS thresholds come from")
+                   help="time the products for 1-64 active rows, transposed (W^T @ h^T), row-major (h @ W) and "
+                        "oneDNN: where bilm.py's *_ROW_MAJOR_MAX_ROWS thresholds and its oneDNN choice come from")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     if args.sweep_rows:
@@ -68,14 +68,31 @@ def sweep_rows(args) -> None:
     g = torch.Generator().manual_seed(0)
     w_h_rows, w_p_rows = torch.randn(P, 4 * H, generator=g), torch.randn(H, P, generator=g)  # as stored: x @ W
     w_h, w_p = w_h_rows.t().contiguous(), w_p_rows.t().contiguous()  # as LstmLayer.forward makes them
-    print(f"{args.threads} thread(s), H={H} P={P}: ms per product, transposed / row-major")
-    for n in (1, 2, 3, 4, 6, 8, 12, 16, 24):
+    onednn = _onednn_packed(w_h, 64)  # packed for the batch's widest step, as LstmLayer does
+    print(f"{args.threads} thread(s), H={H} P={P}: ms per product, transposed / row-major"
+          + (" / oneDNN packed (inference)" if onednn is not None else ""))
+    for n in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64):
         pre, h, c = torch.randn(4 * H, n, generator=g), torch.randn(P, n, generator=g), torch.randn(H, n, generator=g)
         rec_t = timed(lambda pre=pre, h=h: torch.addmm(pre, w_h, h), args.repeats)
         rec_r = timed(lambda pre=pre, h=h: torch.addmm(pre.t(), h.t(), w_h_rows).t(), args.repeats)
+        rec_o = ""
+        if onednn is not None:
+            pre_rows, h_rows = pre.t().contiguous(), h.t().contiguous()
+            rec_o = " / " + f"{timed(lambda p=pre_rows, x=h_rows: _onednn_product(x, onednn).add_(p), args.repeats):6.2f}"
         proj_t = timed(lambda c=c: w_p @ c, args.repeats)
         proj_r = timed(lambda c=c: (c.t() @ w_p_rows).t(), args.repeats)
-        print(f"  n={n:2d}  recurrent {rec_t:6.2f} / {rec_r:6.2f}   projection {proj_t:6.3f} / {proj_r:6.3f}")
+        print(f"  n={n:2d}  recurrent {rec_t:6.2f} / {rec_r:6.2f}{rec_o}   projection {proj_t:6.3f} / {proj_r:6.3f}")
+
+
+def _onednn_packed(w_h: torch.Tensor, rows: int) -> torch.Tensor | None:
+    try:
+        return torch.ops.mkldnn._reorder_linear_weight(w_h, rows)
+    except (RuntimeError, AttributeError):
+        return None
+
+
+def _onednn_product(h_rows: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(h_rows, packed, None, "none", [], "")
 
 
 def prepacked_variants(w_h: torch.Tensor, h: torch.Tensor) -> dict:
@@ -88,6 +105,9 @@ def prepacked_variants(w_h: torch.Tensor, h: torch.Tensor) -> dict:
             lambda: torch.ops.mkl._mkl_linear(h_rows, packed, w_h, None, h_rows.shape[0]))
     except (RuntimeError, AttributeError):
         variants["MKL packed GEMM (torch.ops.mkl._mkl_linear)"] = None
+    onednn = _onednn_packed(w_h, h_rows.shape[0])
+    variants["oneDNN, weight packed by _reorder_linear_weight (what LstmLayer uses for inference)"] = (
+        (lambda: _onednn_product(h_rows, onednn)) if onednn is not None else None)
     try:
         w_onednn = w_h.to_mkldnn()
         variants["oneDNN linear, weight in oneDNN layout (incl. converting h)"] = (

@@ -157,6 +157,7 @@ def test_onednn_inference_path_equals_reference(arch, monkeypatch):
     real_packed = bilm_module._onednn_packed
     monkeypatch.setattr(bilm_module, "_onednn_packed", lambda *a: packed.append(real_packed(*a)) or packed[-1])
     monkeypatch.setattr(bilm_module, "ONEDNN_RECURRENCE", True)
+    monkeypatch.setattr(bilm_module, "ONEDNN_MIN_WEIGHT", 0)  # these test weights are tiny
     torch.manual_seed(0)
     bilm = BiLM(make_config(**ARCHITECTURES[arch])).eval()
     with torch.no_grad():
@@ -182,3 +183,14 @@ def test_training_never_takes_the_inference_only_product():
     x = bilm.char_encoder(ids.view(-1, ids.shape[-1])).view(ids.shape[0], ids.shape[1], -1)
     layer = bilm.forward_lstm.layers[0]
     assert bilm_module._onednn_packed(layer.W_0[8:], 5, x, layer.zero_state(5, x), layer.W_0, layer.B) is None
+
+
+def test_onednn_product_only_for_steps_and_weights_that_gain(monkeypatch):
+    bilm = BiLM(make_config()).eval()
+    layer = bilm.forward_lstm.layers[0]
+    x = torch.zeros(5, 4, 8)
+    with torch.no_grad():
+        assert bilm_module._onednn_packed(layer.W_0[8:], 5, x, layer.zero_state(5, x), layer.W_0) is None  # 8 x 96: too small
+        monkeypatch.setattr(bilm_module, "ONEDNN_MIN_WEIGHT", 0)
+        rows = bilm_module.RECURRENT_ROW_MAJOR_MAX_ROWS  # every step of such a call runs row-major: packing would be wasted
+        assert bilm_module._onednn_packed(layer.W_0[8:], rows, x, layer.zero_state(rows, x), layer.W_0) is None

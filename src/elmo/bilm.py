@@ -34,17 +34,20 @@ def _onednn_available() -> bool:
         return False
 
 
-# oneDNN's product with a weight packed ahead of time beats MKL's for every row count of one step
-# (1.3x at 64 rows, 3x at 8 on one thread), but it has no autograd: inference only.
+# oneDNN's product with a weight packed ahead of time beats MKL's for steps of more than a few rows
+# (1.2x at 64 rows, 2.6x at 8 on one thread for the `original` shapes), but it has no autograd
+# (inference only) and a fixed cost per call that small weights do not repay: the bundled default
+# model's 128 x 1024 runs faster on MKL (`python benchmarks/lstm_step.py --sweep-rows`).
 ONEDNN_RECURRENCE = _onednn_available()
+ONEDNN_MIN_WEIGHT = 1 << 19  # elements of the recurrent weight (P x 4H); the `small` shapes' 128 x 4096 qualify
 
 
 def _onednn_packed(w_h_rows: torch.Tensor, rows: int, x: torch.Tensor, state: LstmState,
                    *params: torch.Tensor) -> torch.Tensor | None:
     """The recurrent weight (as (4H, P)) in oneDNN's blocked layout, if this call can use it."""
     no_grad = not torch.is_grad_enabled() or not any(t.requires_grad for t in (x, *state, *params))
-    if not (ONEDNN_RECURRENCE and no_grad and rows > 0 and x.device.type == "cpu" and x.dtype == torch.float32
-            and not torch.is_autocast_enabled("cpu")):
+    if not (ONEDNN_RECURRENCE and no_grad and rows > RECURRENT_ROW_MAJOR_MAX_ROWS and w_h_rows.numel() >= ONEDNN_MIN_WEIGHT
+            and x.device.type == "cpu" and x.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")):
         return None
     return torch.ops.mkldnn._reorder_linear_weight(w_h_rows.t(), rows)
 
@@ -169,11 +172,11 @@ class LstmLayer(nn.Module):
         Row b runs its first lengths[b] steps only; as rows end, the active batch shrinks, so no
         work is spent on padding and each row's final state is the one after its last real step.
         Each step's recurrent product takes the fastest form for its shape (all exact float32
-        GEMMs, see docs/performance.md): for inference on CPU, oneDNN with the weight packed once
-        per call; otherwise W_h^T (4H, P) @ h^T (P, n), which BLAS runs about twice as fast as
-        h (n, P) @ W_h (P, 4H) for the small n of one step (the state then lives transposed in
-        memory, and every gate block is a contiguous slice), except for a handful of rows (the
-        tail of a batch whose longest sentence runs on alone), where the row-major form wins.
+        GEMMs, see docs/performance.md): for a handful of rows (the tail of a batch whose longest
+        sentence runs on alone) h (n, P) @ W_h (P, 4H); otherwise, for inference on CPU with a
+        large weight, oneDNN with the weight packed once per call; otherwise W_h^T (4H, P) @ h^T
+        (P, n), which BLAS runs about twice as fast as the row-major form for the small n of one
+        step (the state then lives transposed in memory, and every gate block is a contiguous slice).
         """
         batch, steps, _ = x.shape
         bias = self.B + self._forget_one()
@@ -205,12 +208,12 @@ class LstmLayer(nn.Module):
                 done_c.append(c[n:])
                 done_h.append(h[n:])
                 c, h = c[:n], h[:n]
-            if onednn_w_h is not None:
-                z = torch.ops.mkldnn._linear_pointwise(h.contiguous(), onednn_w_h, None, "none", [], "").add_(pre_steps[t])
-            elif n > RECURRENT_ROW_MAJOR_MAX_ROWS:
-                z = torch.addmm(pre_steps[t].t(), w_h, h.t()).t()
-            else:
+            if n <= RECURRENT_ROW_MAJOR_MAX_ROWS:
                 z = torch.addmm(pre_steps[t], h, w_h_rows)
+            elif onednn_w_h is not None:
+                z = torch.ops.mkldnn._linear_pointwise(h.contiguous(), onednn_w_h, None, "none", [], "").add_(pre_steps[t])
+            else:
+                z = torch.addmm(pre_steps[t].t(), w_h, h.t()).t()
             i, j, f, o = z.chunk(4, dim=1)
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
             if self.cell_clip is not None:
