@@ -5,6 +5,8 @@ gate elementwise math and the projection (P x H @ H x n). Prints ms per step for
 GFLOP/s, to compare with the large-GEMM rate `benchmarks/speed.py` reports. Run on an idle machine:
 
     python benchmarks/lstm_step.py --threads 1
+    python benchmarks/lstm_step.py --threads 1 --sweep-rows         # products by active rows
+    python benchmarks/lstm_step.py --threads 2 --gemm 2560,64,8192  # any product beside 2048^3
 """
 
 from __future__ import annotations
@@ -34,8 +36,18 @@ def main() -> None:
     p.add_argument("--sweep-rows", action="store_true",
                    help="time the products for 1-64 active rows, transposed (W^T @ h^T), row-major (h @ W) and "
                         "oneDNN: where bilm.py's *_ROW_MAJOR_MAX_ROWS thresholds and its oneDNN choice come from")
+    p.add_argument("--gemm", metavar="M,K,N", help="time one (M x K) @ (K x N) product beside the 2048^3 one, "
+                   "e.g. 2560,64,8192 for the `tiny` preset's sampled-softmax logits")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    if args.gemm:
+        m, k, n = (int(v) for v in args.gemm.split(","))
+        for shape in ((m, k, n), (2048, 2048, 2048)):
+            a, b, c = torch.randn(shape[0], shape[1]), torch.randn(shape[1], shape[2]), torch.empty(shape[0], shape[2])
+            ms = timed(lambda a=a, b=b, c=c: torch.mm(a, b, out=c), args.repeats)  # no page faults for a fresh output
+            print(f"{args.threads} thread(s), {shape[0]} x {shape[1]} @ {shape[1]} x {shape[2]}: {ms:.2f} ms, "
+                  f"{2 * shape[0] * shape[1] * shape[2] / ms / 1e6:.0f} GFLOP/s")
+        return
     if args.sweep_rows:
         sweep_rows(args)
         return
