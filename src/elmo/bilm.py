@@ -191,11 +191,11 @@ class LstmLayer(nn.Module):
         w_x, w_h_rows = self.W_0[: self.input_dim], self.W_0[self.input_dim :]
         widest = active[0] if active else 0
         onednn_w_h = _onednn_packed(w_h_rows, widest, x, state, self.W_0, self.B)
+        # One view per step, (n, 4H): backward joins their grads once, not T full-size adds.
         if onednn_w_h is not None:
-            pre = torch.addmm(bias, packed, w_x)  # row-major, as oneDNN's output it is added to
-        else:
-            pre = torch.addmm(bias.unsqueeze(1), w_x.t(), packed.t()).t()  # (4H, sum) in memory
-        pre_steps = pre.split(active)  # one view per step: backward joins their grads once, not T full-size adds
+            pre_steps = torch.addmm(bias, packed, w_x).split(active)  # row-major, as oneDNN's output
+        else:  # (4H, n) blocks in memory, so backward joins contiguous blocks
+            pre_steps = [p.t() for p in torch.addmm(bias.unsqueeze(1), w_x.t(), packed.t()).split(active, dim=1)]
         # Transposed copies only when some step uses them (not for a batch of one row, as in PTB scoring).
         transposed = onednn_w_h is None and widest > RECURRENT_ROW_MAJOR_MAX_ROWS
         w_h = w_h_rows.t().contiguous() if transposed else None
@@ -209,12 +209,13 @@ class LstmLayer(nn.Module):
                 done_h.append(h[n:])
                 c, h = c[:n], h[:n]
             if n <= RECURRENT_ROW_MAJOR_MAX_ROWS:
-                z = torch.addmm(pre_steps[t], h, w_h_rows)
+                gates = torch.addmm(pre_steps[t], h, w_h_rows).chunk(4, dim=1)
             elif onednn_w_h is not None:
-                z = torch.ops.mkldnn._linear_pointwise(h.contiguous(), onednn_w_h, None, "none", [], "").add_(pre_steps[t])
-            else:
-                z = torch.addmm(pre_steps[t].t(), w_h, h.t()).t()
-            i, j, f, o = z.chunk(4, dim=1)
+                z = torch.ops.mkldnn._linear_pointwise(h.contiguous(), onednn_w_h, None, "none", [], "")
+                gates = z.add_(pre_steps[t]).chunk(4, dim=1)
+            else:  # split (4H, n) into contiguous blocks, so backward joins them with plain copies
+                gates = [g.t() for g in torch.addmm(pre_steps[t].t(), w_h, h.t()).chunk(4, dim=0)]
+            i, j, f, o = gates
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
             if self.cell_clip is not None:
                 c = c.clamp(-self.cell_clip, self.cell_clip)
