@@ -16,6 +16,8 @@ import time
 
 import torch
 
+from elmo import bilm
+
 
 def timed(fn, repeats: int) -> float:
     for _ in range(5):
@@ -90,21 +92,14 @@ def sweep_rows(args) -> None:
         rec_o = ""
         if onednn is not None:
             pre_rows, h_rows = pre.t().contiguous(), h.t().contiguous()
-            rec_o = " / " + f"{timed(lambda p=pre_rows, x=h_rows: _onednn_product(x, onednn).add_(p), args.repeats):6.2f}"
+            rec_o = " / " + f"{timed(lambda p=pre_rows, x=h_rows: bilm.onednn_linear(x, onednn).add_(p), args.repeats):6.2f}"
         proj_t = timed(lambda c=c: w_p @ c, args.repeats)
         proj_r = timed(lambda c=c: (c.t() @ w_p_rows).t(), args.repeats)
         print(f"  n={n:2d}  recurrent {rec_t:6.2f} / {rec_r:6.2f}{rec_o}   projection {proj_t:6.3f} / {proj_r:6.3f}")
 
 
 def _onednn_packed(w_h: torch.Tensor, rows: int) -> torch.Tensor | None:
-    try:
-        return torch.ops.mkldnn._reorder_linear_weight(w_h, rows)
-    except (RuntimeError, AttributeError):
-        return None
-
-
-def _onednn_product(h_rows: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(h_rows, packed, None, "none", [], "")
+    return bilm.onednn_pack(w_h, rows) if bilm.ONEDNN_RECURRENCE else None
 
 
 def prepacked_variants(w_h: torch.Tensor, h: torch.Tensor) -> dict:
@@ -119,7 +114,7 @@ def prepacked_variants(w_h: torch.Tensor, h: torch.Tensor) -> dict:
         variants["MKL packed GEMM (torch.ops.mkl._mkl_linear)"] = None
     onednn = _onednn_packed(w_h, h_rows.shape[0])
     variants["oneDNN, weight packed by _reorder_linear_weight (what LstmLayer uses for inference)"] = (
-        (lambda: _onednn_product(h_rows, onednn)) if onednn is not None else None)
+        (lambda: bilm.onednn_linear(h_rows, onednn)) if onednn is not None else None)
     try:
         w_onednn = w_h.to_mkldnn()
         variants["oneDNN linear, weight in oneDNN layout (incl. converting h)"] = (

@@ -182,7 +182,7 @@ def test_training_never_takes_the_inference_only_product():
     ids = batch_to_ids(SENTENCES)
     x = bilm.char_encoder(ids.view(-1, ids.shape[-1])).view(ids.shape[0], ids.shape[1], -1)
     layer = bilm.forward_lstm.layers[0]
-    assert bilm_module._onednn_packed(layer.W_0[8:], 5, x, layer.zero_state(5, x), layer.W_0, layer.B) is None
+    assert bilm_module._onednn_packed(layer.W_0[8:], 5, x, layer.zero_state(5, x), list(layer.parameters())) is None
 
 
 def test_onednn_product_only_for_steps_and_weights_that_gain(monkeypatch):
@@ -190,7 +190,17 @@ def test_onednn_product_only_for_steps_and_weights_that_gain(monkeypatch):
     layer = bilm.forward_lstm.layers[0]
     x = torch.zeros(5, 4, 8)
     with torch.no_grad():
-        assert bilm_module._onednn_packed(layer.W_0[8:], 5, x, layer.zero_state(5, x), layer.W_0) is None  # 8 x 96: too small
+        assert bilm_module._onednn_packed(layer.W_0[8:], 5, x, layer.zero_state(5, x), []) is None  # 8 x 96: too small
         monkeypatch.setattr(bilm_module, "ONEDNN_MIN_WEIGHT", 0)
         rows = bilm_module.RECURRENT_ROW_MAJOR_MAX_ROWS  # every step of such a call runs row-major: packing would be wasted
-        assert bilm_module._onednn_packed(layer.W_0[8:], rows, x, layer.zero_state(rows, x), layer.W_0) is None
+        assert bilm_module._onednn_packed(layer.W_0[8:], rows, x, layer.zero_state(rows, x), []) is None
+
+
+def test_a_trainable_projection_keeps_the_recurrence_on_autograd(monkeypatch):
+    """oneDNN's product has no autograd: with only W_P_0 trainable, its gradient still flows through time."""
+    monkeypatch.setattr(bilm_module, "ONEDNN_MIN_WEIGHT", 0)
+    layer = BiLM(make_config()).forward_lstm.layers[0]
+    layer.W_0.requires_grad_(False)
+    layer.B.requires_grad_(False)
+    x = torch.randn(5, 4, 8)
+    assert bilm_module._onednn_packed(layer.W_0[8:], 5, x, layer.zero_state(5, x), list(layer.parameters())) is None

@@ -42,14 +42,28 @@ ONEDNN_RECURRENCE = _onednn_available()
 ONEDNN_MIN_WEIGHT = 1 << 19  # elements of the recurrent weight (P x 4H); the `small` shapes' 128 x 4096 qualify
 
 
+def onednn_pack(weight: torch.Tensor, rows: int) -> torch.Tensor:
+    """A linear weight (out, in) in oneDNN's blocked layout, for products of about `rows` rows."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight, rows)
+
+
+def onednn_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+    """x (n, in) @ weight^T with an `onednn_pack`ed weight. No autograd: gradients would silently stop here."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+
+
 def _onednn_packed(w_h_rows: torch.Tensor, rows: int, x: torch.Tensor, state: LstmState,
-                   *params: torch.Tensor) -> torch.Tensor | None:
-    """The recurrent weight (as (4H, P)) in oneDNN's blocked layout, if this call can use it."""
+                   params: list[torch.Tensor]) -> torch.Tensor | None:
+    """The recurrent weight (as (4H, P)) packed for oneDNN, if this call can use it.
+
+    `params`: all of the layer's parameters, since a gradient to any of them (the projection's too)
+    flows through the recurrent product of the next step.
+    """
     no_grad = not torch.is_grad_enabled() or not any(t.requires_grad for t in (x, *state, *params))
     if not (ONEDNN_RECURRENCE and no_grad and rows > RECURRENT_ROW_MAJOR_MAX_ROWS and w_h_rows.numel() >= ONEDNN_MIN_WEIGHT
             and x.device.type == "cpu" and x.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")):
         return None
-    return torch.ops.mkldnn._reorder_linear_weight(w_h_rows.t(), rows)
+    return onednn_pack(w_h_rows.t(), rows)
 
 
 class CharEncoder(nn.Module):
@@ -190,7 +204,7 @@ class LstmLayer(nn.Module):
             packed = torch.cat([x_time_major[t, :n] for t, n in enumerate(active)])
         w_x, w_h_rows = self.W_0[: self.input_dim], self.W_0[self.input_dim :]
         widest = active[0] if active else 0
-        onednn_w_h = _onednn_packed(w_h_rows, widest, x, state, self.W_0, self.B)
+        onednn_w_h = _onednn_packed(w_h_rows, widest, x, state, list(self.parameters()))
         # One view per step, (n, 4H): backward joins their grads once, not T full-size adds.
         if onednn_w_h is not None:
             pre_steps = torch.addmm(bias, packed, w_x).split(active)  # row-major, as oneDNN's output
@@ -211,8 +225,7 @@ class LstmLayer(nn.Module):
             if n <= RECURRENT_ROW_MAJOR_MAX_ROWS:
                 gates = torch.addmm(pre_steps[t], h, w_h_rows).chunk(4, dim=1)
             elif onednn_w_h is not None:
-                z = torch.ops.mkldnn._linear_pointwise(h.contiguous(), onednn_w_h, None, "none", [], "")
-                gates = z.add_(pre_steps[t]).chunk(4, dim=1)
+                gates = onednn_linear(h.contiguous(), onednn_w_h).add_(pre_steps[t]).chunk(4, dim=1)
             else:  # split (4H, n) into contiguous blocks, so backward joins them with plain copies
                 gates = [g.t() for g in torch.addmm(pre_steps[t].t(), w_h, h.t()).chunk(4, dim=0)]
             i, j, f, o = gates
