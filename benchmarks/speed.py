@@ -234,6 +234,9 @@ def main() -> None:
     p.add_argument("--peer-python", help="python of the AllenNLP peer venv (../shared/tools/allennlp-peer-venv.sh DIR)")
     p.add_argument("--shapes", default="small,original", help="embedding shapes to time")
     p.add_argument("--train-shapes", default="tiny,small", help="presets whose training step is timed ('' for none)")
+    p.add_argument("--train-negatives", type=int, default=None,
+                   help="sampled-softmax negatives of the training rows (default: each preset's own, as `elmo train` "
+                        "uses it: 8192 as the original recipe, 2048 for tiny)")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--train-processes", default="1,2",
                    help="training rows also as N torchrun processes sharing the threads (CPU; DDP with gloo)")
@@ -333,7 +336,8 @@ def main() -> None:
             options = preset_options(shape)
             options_file = work / f"train-{shape}.json"
             options_file.write_text(json.dumps(options))
-            flops = train_flops_per_token(options, 8192)
+            negatives = args.train_negatives or options.get("n_negative_samples_batch", 8192)
+            flops = train_flops_per_token(options, negatives)
             for t, procs, precision in itertools.product(threads, processes, precisions):
                 if t % procs or (procs > 1 and args.device != "cpu"):
                     continue
@@ -341,7 +345,7 @@ def main() -> None:
                                                 f"--nproc_per_node={procs}", str(HERE / "speed.py"), "worker"]
                 got = run_json(launch + ["train", "--options", str(options_file), "--vocab", str(vocab_file),
                                          "--sentences", str(sentence_file), "--threads", str(t // procs), "--passes",
-                                         str(args.passes), "--negatives", "8192", "--device", args.device,
+                                         str(args.passes), "--negatives", str(negatives), "--device", args.device,
                                          "--precision", precision])
                 got["fraction_of_gemm_limit"] = got["tokens_per_s"] * flops / limit(t, precision)
                 row = {"shape": shape, "threads": t, "processes": procs, "precision": precision,
@@ -386,13 +390,13 @@ def markdown_tables(results: dict) -> str:
                  f"{memory(ours)} / {memory(peer)}" if peer else memory(ours), diff]
         lines.append("| " + " | ".join(cells) + " |")
     if results["training"]:
-        lines += ["", "| preset | threads | precision | tokens/step | ours tok/s | train FLOP/token | % of GEMM limit "
-                  "| peak memory |", "|---|---:|---|---:|---:|---:|---:|---:|"]
+        lines += ["", "| preset | threads | precision | tokens/step | negatives | ours tok/s | train FLOP/token "
+                  "| % of GEMM limit | peak memory |", "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
         for row in results["training"]:
             ours, procs = row["ours"], row.get("processes", 1)
             threads = f"{row['threads']}" + (f" ({procs} processes x {row['threads'] // procs}, DDP)" if procs > 1 else "")
             lines.append(f"| {row['shape']} | {threads} | {row.get('precision', 'fp32')} | "
-                         f"{ours['tokens_per_step']:,} | {ours['tokens_per_s']:,.0f} | "
+                         f"{ours['tokens_per_step']:,} | {ours.get('negatives', 8192):,} | {ours['tokens_per_s']:,.0f} | "
                          f"{row['flops_per_token'] / 1e6:,.0f} M | {ours['fraction_of_gemm_limit']:.0%} | {memory(ours)} |")
     return "\n".join(lines)
 

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 from reference import bilm_sentence, char_encoder
 
 from elmo import BiLMConfig, batch_to_ids, remove_sentence_boundaries
@@ -65,6 +66,38 @@ def test_char_cnn_gemm_equals_conv1d():
     ids = batch_to_ids([["a", "bb", "x" * 49, "", "<S>", "</S>", "ok"]])[0]
     with torch.no_grad():
         torch.testing.assert_close(bilm.char_encoder(ids, chunk=3), char_encoder(bilm.char_encoder, ids), atol=1e-12, rtol=1e-12)
+
+
+def test_char_cnn_skips_padding_windows_exactly():
+    """Windows wholly in a token's padding are computed once; maxima, where they are, and gradients agree
+    with the full convolution over all 50 positions, also when the padding window wins."""
+    torch.manual_seed(3)
+    enc = BiLM(make_config()).double().char_encoder
+    with torch.no_grad():
+        enc.char_embed[260].fill_(2.0)  # the padding code (stored +1) scores high, so padding maxima occur
+    ids = batch_to_ids([["a", "bb", "x" * 49, "", "<S>", "medium-length", "ok", "yes"]])[0]
+    odd = ids[[2, 0, 1]].clone()
+    odd[0, 5:] = 261  # a long token cut to its first five codes
+    odd[1] = 261  # only padding
+    odd[2] = 0  # an empty slot (id 0, the zero row)
+    ids = torch.cat([ids, odd])
+    x = F.embedding(ids, enc.embedding_table()).transpose(1, 2)
+    full = [F.conv1d(x, w.permute(2, 1, 0), b).max(dim=2) for w, b in zip(enc.conv_weights, enc.conv_biases)]
+    values, positions = enc.filter_maxima(ids)
+    torch.testing.assert_close(values, torch.cat([f.values for f in full], dim=1), atol=1e-12, rtol=0)
+    assert torch.equal(positions, torch.cat([f.indices for f in full], dim=1))
+    extents = bilm_module.padding_start(ids)
+    assert extents.tolist()[:3] == [3, 4, 50] and extents.tolist()[-3:] == [5, 0, 50]
+    assert (positions >= extents.unsqueeze(1)).any() and (positions < extents.unsqueeze(1)).any()
+
+    weights = torch.randn(ids.shape[0], enc.config.projection_dim, dtype=torch.float64)
+    grads = []
+    for encode in (lambda: enc(ids, chunk=3), lambda: char_encoder(enc, ids)):
+        enc.zero_grad()
+        (encode() * weights).sum().backward()
+        grads.append([p.grad.clone() for p in enc.parameters()])
+    for fast, plain in zip(*grads):
+        torch.testing.assert_close(fast, plain, atol=1e-10, rtol=1e-10)
 
 
 def test_stateless_vectors_do_not_depend_on_batch_neighbours_or_order():

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .chars import BOS_IDS, EOS_IDS, N_CODES
+from .chars import BOS_IDS, EOS_IDS, N_CODES, PAD_CHAR
 from .options import BiLMConfig
 
 LstmState = tuple[torch.Tensor, torch.Tensor]  # (c, h), each (rows, width)
@@ -115,18 +115,33 @@ class CharEncoder(nn.Module):
         return self.char_embed
 
     def filter_maxima(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each filter's maximum over positions (before the activation) and where it was: (N, n_filters) each."""
-        x = F.embedding(ids, self.embedding_table())  # (N, 50, d)
-        n, length, d = x.shape
+        """Each filter's maximum over positions (before the activation) and where it was: (N, n_filters) each.
+
+        Exact, without computing the windows that lie wholly in a token's trailing padding: those all
+        see the same codes, so they share one value per filter, computed once. Only the windows
+        starting before the batch's longest token ends are run. A maximum taken in the padding is
+        reported at the first all-padding window of that token.
+        """
+        table = self.embedding_table()
+        n, length = ids.shape
+        extents = padding_start(ids)
+        extent = int(extents.max()) if n else 0
+        x = F.embedding(ids, table)  # (N, 50, d)
+        pad_row = table[PAD_CHAR + 1]
         values, positions = [], []
         for w, b in zip(self.conv_weights, self.conv_biases):
-            # "VALID" convolution as one GEMM over all windows (im2col), then max over positions.
-            width = w.shape[0]
-            windows = x.unfold(1, width, 1).transpose(2, 3).reshape(n * (length - width + 1), width * d)
-            y = torch.addmm(b, windows, w.reshape(width * d, -1)).view(n, length - width + 1, -1)
+            # "VALID" convolution as one GEMM over the windows (im2col), then max over positions.
+            width, d, n_out = w.shape
+            w_flat = w.reshape(width * d, n_out)
+            starts = min(extent, length - width + 1)
+            windows = x[:, : starts + width - 1].unfold(1, width, 1).transpose(2, 3).reshape(n * starts, width * d)
+            y = torch.addmm(b, windows, w_flat).view(n, starts, n_out)
+            if starts < length - width + 1:  # the remaining windows are all padding, for every token
+                padding = torch.addmm(b.unsqueeze(0), pad_row.repeat(width).unsqueeze(0), w_flat)
+                y = torch.cat([y, padding.unsqueeze(0).expand(n, 1, -1)], dim=1)
             best, where = y.max(dim=1)
             values.append(best)
-            positions.append(where)
+            positions.append(torch.minimum(where, extents.clamp(max=length - width).unsqueeze(1)))
         return torch.cat(values, dim=1), torch.cat(positions, dim=1)
 
     def activation(self, y: torch.Tensor) -> torch.Tensor:
@@ -142,13 +157,26 @@ class CharEncoder(nn.Module):
         return torch.addmm(self.proj_b, h, self.proj_w) if self.proj_w is not None else h
 
     def forward(self, ids: torch.Tensor, chunk: int = 256) -> torch.Tensor:
-        """ids (N, 50) -> (N, projection_dim). Runs in chunks of tokens to bound memory."""
-        if ids.shape[0] > chunk:
-            return torch.cat([self.forward(part, chunk) for part in ids.split(chunk)])
+        """ids (N, 50) -> (N, projection_dim). Runs in chunks of tokens of similar length, which bounds
+        memory and lets short tokens skip their padding (see `filter_maxima`)."""
+        if ids.shape[0] <= chunk:
+            return self._encode(ids)
+        order = torch.argsort(padding_start(ids), stable=True)
+        parts = torch.cat([self._encode(ids[rows]) for rows in order.split(chunk)])
+        return parts[torch.argsort(order)]
+
+    def _encode(self, ids: torch.Tensor) -> torch.Tensor:
         h = self.activation(self.filter_maxima(ids)[0])
         for k in range(self.config.n_highway):
             h, _ = self.highway(k, h)
         return self.project(h)
+
+
+def padding_start(ids: torch.Tensor) -> torch.Tensor:
+    """Per token (row of ids), where its trailing run of padding characters starts (50 if none)."""
+    is_code = ids != PAD_CHAR + 1
+    positions = torch.arange(1, ids.shape[1] + 1, device=ids.device)
+    return (is_code * positions).amax(dim=1) if ids.shape[1] else ids.new_zeros(ids.shape[0])
 
 
 class LstmLayer(nn.Module):
