@@ -82,6 +82,22 @@ def gemm_flops(threads: int, device: str = "cpu", dtype: torch.dtype = torch.flo
     return 2.0 * size**3 / statistics.median(times[1:])
 
 
+def gemm_flops_around(threads: int, device: str, dtype: torch.dtype, world: int = 1) -> float:
+    """The GEMM limit measured in the worker itself, on all the threads its row uses (rank 0 measures
+    while other ranks wait): this VM's rate drifts by up to 2x within minutes, so each row's fraction
+    of the limit is taken against the rate of its own minutes, not the one at the start of the run."""
+    if world > 1:
+        torch.distributed.barrier()
+    rate = None
+    if world == 1 or torch.distributed.get_rank() == 0:
+        torch.set_num_threads(threads * world)
+        rate = gemm_flops(threads * world, device, dtype, passes=3)
+        torch.set_num_threads(threads)
+    if world > 1:
+        torch.distributed.barrier()
+    return rate
+
+
 def _sync(device: str) -> None:
     if str(device).startswith("cuda"):
         torch.cuda.synchronize()
@@ -109,18 +125,22 @@ def worker_embed(args) -> dict:
             pass
 
     run_all(sentences[: 2 * args.batch_size])  # warm-up: two batches
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    limits = [gemm_flops_around(args.threads, args.device, dtype)]
     times = []
     for _ in range(args.passes):
         start = time.perf_counter()
         run_all()
         times.append(time.perf_counter() - start)
+    limits.append(gemm_flops_around(args.threads, args.device, dtype))
     if args.dump:
         first = [line.split() for line in Path(args.sentences).read_text(encoding="utf-8").splitlines()][: args.dump_sentences]
         np.savez(args.dump, **{str(i): a for i, a in enumerate(embedder.embed_batch(first))})
     tokens = sum(len(s) for s in sentences)
     return {"impl": "elmo", "order": args.order, "threads": args.threads, "precision": args.precision,
             "batch_size": args.batch_size, "tokens": tokens, "seconds": statistics.median(times),
-            "tokens_per_s": tokens / statistics.median(times), "passes": times, "gpu_peak_mb": _gpu_peak_mb(args.device)}
+            "tokens_per_s": tokens / statistics.median(times), "passes": times, "gpu_peak_mb": _gpu_peak_mb(args.device),
+            "gemm_flops_before_after": limits}
 
 
 def worker_train(args) -> dict:
@@ -164,6 +184,8 @@ def worker_train(args) -> dict:
         return batch.n_tokens
 
     step()
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    limits = [gemm_flops_around(args.threads, args.device, dtype, world)]
     times, tokens = [], 0
     for _ in range(args.passes):
         _sync(args.device)
@@ -171,6 +193,7 @@ def worker_train(args) -> dict:
         tokens = step()
         _sync(args.device)
         times.append(time.perf_counter() - start)
+    limits.append(gemm_flops_around(args.threads, args.device, dtype, world))
     rss = distributed.gather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     distributed.teardown()
     if rank != 0:
@@ -179,7 +202,7 @@ def worker_train(args) -> dict:
             "gpu_peak_mb": _gpu_peak_mb(args.device), "tokens_per_step": tokens * world, "vocab": len(vocab),
             "negatives": args.negatives, "seconds_per_step": statistics.median(times),
             "tokens_per_s": tokens * world / statistics.median(times), "passes": times,
-            "peak_rss_mb": sum(rss)}  # all processes together
+            "peak_rss_mb": sum(rss), "gemm_flops_before_after": limits}  # memory: all processes together
 
 
 def train_flops_per_token(options: dict, negatives: int) -> float:
@@ -242,6 +265,8 @@ def main() -> None:
                    help="training rows also as N torchrun processes sharing the threads (CPU; DDP with gloo)")
     p.add_argument("--sentences", type=int, default=1000)
     p.add_argument("--passes", type=int, default=3)
+    p.add_argument("--train-steps", type=int, default=12,
+                   help="timed training steps per row (median; a step is a fraction of a second, one pass is seconds)")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]; the peer runs only on CPU")
     p.add_argument("--precisions", default="fp32", help="fp32,bf16 (bf16 autocast is for GPUs)")
     p.add_argument("--batch-size", type=int, default=64, help="embedding batch size (the issue's figures: 64)")
@@ -287,7 +312,10 @@ def main() -> None:
             f"{p} {results['gemm_flops' + ('_bf16' if p == 'bf16' else '')][t] / 1e9:,.0f} GFLOP/s" for p in precisions),
             flush=True)
 
-    def limit(t: int, precision: str) -> float:
+    def limit(t: int, precision: str, run: dict | None = None) -> float:
+        """The row's own GEMM rate (mean of its worker's measurements before and after timing), else the run's."""
+        if run and run.get("gemm_flops_before_after"):
+            return statistics.mean(run["gemm_flops_before_after"])
         return results["gemm_flops_bf16" if precision == "bf16" else "gemm_flops"][t]
 
     def save() -> None:  # after every row: an interrupted run keeps what it measured
@@ -313,7 +341,8 @@ def main() -> None:
                 for precision in precisions:
                     ours = run_json(me + ["embed", "--device", args.device, "--precision", precision,
                                           "--dump", dumps[precision]] + common)
-                    ours["fraction_of_gemm_limit"] = ours["tokens_per_s"] * flops / limit(t, precision)
+                    ours["gemm_limit"] = limit(t, precision, ours)
+                    ours["fraction_of_gemm_limit"] = ours["tokens_per_s"] * flops / ours["gemm_limit"]
                     row = {"shape": shape, "threads": t, "order": order, "precision": precision,
                            "flops_per_token": flops, "ours": ours}
                     if precision != "fp32" and "fp32" in dumps:
@@ -321,7 +350,7 @@ def main() -> None:
                     if args.peer_python and precision == "fp32":
                         peer = run_json([args.peer_python, str(HERE / "allennlp_worker.py"), "--dump", peer_dump]
                                         + common)
-                        peer["fraction_of_gemm_limit"] = peer["tokens_per_s"] * flops / limit(t, precision)
+                        peer["fraction_of_gemm_limit"] = peer["tokens_per_s"] * flops / ours["gemm_limit"]
                         row.update(allennlp=peer, speedup=ours["tokens_per_s"] / peer["tokens_per_s"],
                                    max_abs_diff=max_diff(dumps[precision], peer_dump))
                     results["embedding"].append(row)
@@ -345,14 +374,15 @@ def main() -> None:
                                                 f"--nproc_per_node={procs}", str(HERE / "speed.py"), "worker"]
                 got = run_json(launch + ["train", "--options", str(options_file), "--vocab", str(vocab_file),
                                          "--sentences", str(sentence_file), "--threads", str(t // procs), "--passes",
-                                         str(args.passes), "--negatives", str(negatives), "--device", args.device,
+                                         str(args.train_steps), "--negatives", str(negatives), "--device", args.device,
                                          "--precision", precision])
-                got["fraction_of_gemm_limit"] = got["tokens_per_s"] * flops / limit(t, precision)
+                got["gemm_limit"] = limit(t, precision, got)
+                got["fraction_of_gemm_limit"] = got["tokens_per_s"] * flops / got["gemm_limit"]
                 row = {"shape": shape, "threads": t, "processes": procs, "precision": precision,
                        "flops_per_token": flops, "ours": got}
                 results["training"].append(row)
                 print(f"train {shape:8s} threads={t} processes={procs} {precision} {got['tokens_per_s']:8.0f} tok/s "
-                      f"({got['fraction_of_gemm_limit']:.0%} of GEMM limit, {got['peak_rss_mb']:.0f} MB)", flush=True)
+                      f"({got['fraction_of_gemm_limit']:.0%} of {around(got)}, {got['peak_rss_mb']:.0f} MB)", flush=True)
                 save()
     save()
     print(f"wrote {out}")
@@ -369,10 +399,15 @@ def markdown_tables(results: dict) -> str:
     lines = [f"{results['sentences']:,} sentences, {results['tokens']:,} tokens, batch {results.get('batch_size', 64)}, "
              f"on {where}; GEMM limit ({size}^3 product): "
              + "; ".join(f"{p} " + ", ".join(f"{f / 1e9:,.0f} GFLOP/s at {t} thread{'s' if t > 1 else ''}"
-                                             for t, f in sorted(lim.items())) for p, lim in limits.items()),
+                                             for t, f in sorted(lim.items())) for p, lim in limits.items())
+             + " at the start of the run; a row's GEMM column is its worker's own rate before / after its timing, "
+             "and its % of the limit uses their mean (rows without it use the run's)",
              "", "| shape | threads | order | ours tok/s | AllenNLP tok/s | speed-up | ours: % of GEMM limit "
-             "| AllenNLP: % of limit | peak memory ours / AllenNLP | max abs diff |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| AllenNLP: % of limit | GEMM GFLOP/s | peak memory ours / AllenNLP | max abs diff |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def rates(run: dict) -> str:
+        return " / ".join(f"{r / 1e9:,.0f}" for r in run.get("gemm_flops_before_after", []))
 
     def memory(run: dict) -> str:
         rss = f"{run['peak_rss_mb']:,.0f} MB"
@@ -386,18 +421,21 @@ def markdown_tables(results: dict) -> str:
         cells = [row["shape"], str(row["threads"]), row["order"] + ("" if precision == "fp32" else f", {precision}"),
                  f"{ours['tokens_per_s']:,.0f}", f"{peer['tokens_per_s']:,.0f}" if peer else "not run",
                  f"x{row['speedup']:.2f}" if peer else "", f"{ours['fraction_of_gemm_limit']:.0%}",
-                 f"{peer['fraction_of_gemm_limit']:.0%}" if peer else "",
+                 f"{peer['fraction_of_gemm_limit']:.0%}" if peer else "", rates(ours),
                  f"{memory(ours)} / {memory(peer)}" if peer else memory(ours), diff]
         lines.append("| " + " | ".join(cells) + " |")
+    if not results["embedding"]:
+        del lines[-3:]  # no embedding rows: no empty table
     if results["training"]:
         lines += ["", "| preset | threads | precision | tokens/step | negatives | ours tok/s | train FLOP/token "
-                  "| % of GEMM limit | peak memory |", "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+                  "| % of GEMM limit | GEMM GFLOP/s | peak memory |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
         for row in results["training"]:
             ours, procs = row["ours"], row.get("processes", 1)
             threads = f"{row['threads']}" + (f" ({procs} processes x {row['threads'] // procs}, DDP)" if procs > 1 else "")
             lines.append(f"| {row['shape']} | {threads} | {row.get('precision', 'fp32')} | "
                          f"{ours['tokens_per_step']:,} | {ours.get('negatives', 8192):,} | {ours['tokens_per_s']:,.0f} | "
-                         f"{row['flops_per_token'] / 1e6:,.0f} M | {ours['fraction_of_gemm_limit']:.0%} | {memory(ours)} |")
+                         f"{row['flops_per_token'] / 1e6:,.0f} M | {ours['fraction_of_gemm_limit']:.0%} | "
+                         f"{rates(ours)} | {memory(ours)} |")
     return "\n".join(lines)
 
 
@@ -432,10 +470,16 @@ def plot(results: dict, path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def around(run: dict) -> str:
+    """The GEMM rates a worker measured before and after its timing, as the tables show them."""
+    rates = run.get("gemm_flops_before_after")
+    return "/".join(f"{r / 1e9:,.0f}" for r in rates) + " GFLOP/s" if rates else "GEMM limit"
+
+
 def print_embedding_row(row: dict) -> None:
     ours = row["ours"]
     text = (f"embed {row['shape']:8s} threads={row['threads']} {row['order']:6s} ours {ours['tokens_per_s']:7.0f} tok/s "
-            f"({ours['fraction_of_gemm_limit']:.0%} of GEMM limit, {ours['peak_rss_mb']:.0f} MB)")
+            f"({ours['fraction_of_gemm_limit']:.0%} of {around(ours)}, {ours['peak_rss_mb']:.0f} MB)")
     if "allennlp" in row:
         peer = row["allennlp"]
         text += (f" | AllenNLP {peer['tokens_per_s']:7.0f} tok/s ({peer['peak_rss_mb']:.0f} MB) | x{row['speedup']:.2f}"
