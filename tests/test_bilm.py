@@ -98,6 +98,9 @@ def test_char_cnn_skips_padding_windows_exactly():
         grads.append([p.grad.clone() for p in enc.parameters()])
     for fast, plain in zip(*grads):
         torch.testing.assert_close(fast, plain, atol=1e-10, rtol=1e-10)
+    only_padding = torch.full((2, 50), 261)
+    torch.testing.assert_close(enc(only_padding), char_encoder(enc, only_padding), atol=1e-12, rtol=0)
+    assert enc(ids[:0]).shape == (0, enc.config.projection_dim)
 
 
 def test_stateless_vectors_do_not_depend_on_batch_neighbours_or_order():

@@ -133,7 +133,7 @@ class CharEncoder(nn.Module):
             # "VALID" convolution as one GEMM over the windows (im2col), then max over positions.
             width, d, n_out = w.shape
             w_flat = w.reshape(width * d, n_out)
-            starts = min(extent, length - width + 1)
+            starts = max(1, min(extent, length - width + 1))  # at least one window, even for all-padding ids
             windows = x[:, : starts + width - 1].unfold(1, width, 1).transpose(2, 3).reshape(n * starts, width * d)
             y = torch.addmm(b, windows, w_flat).view(n, starts, n_out)
             if starts < length - width + 1:  # the remaining windows are all padding, for every token
