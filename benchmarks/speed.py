@@ -82,7 +82,7 @@ def gemm_flops(threads: int, device: str = "cpu", dtype: torch.dtype = torch.flo
     return 2.0 * size**3 / statistics.median(times[1:])
 
 
-def gemm_flops_around(threads: int, device: str, dtype: torch.dtype, world: int = 1) -> float:
+def gemm_flops_around(threads: int, device: str, precision: str, world: int = 1) -> float:
     """The GEMM limit measured in the worker itself, on all the threads its row uses (rank 0 measures
     while other ranks wait): this VM's rate drifts by up to 2x within minutes, so each row's fraction
     of the limit is taken against the rate of its own minutes, not the one at the start of the run."""
@@ -91,6 +91,7 @@ def gemm_flops_around(threads: int, device: str, dtype: torch.dtype, world: int 
     rate = None
     if world == 1 or torch.distributed.get_rank() == 0:
         torch.set_num_threads(threads * world)
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
         rate = gemm_flops(threads * world, device, dtype, passes=3)
         torch.set_num_threads(threads)
     if world > 1:
@@ -125,14 +126,13 @@ def worker_embed(args) -> dict:
             pass
 
     run_all(sentences[: 2 * args.batch_size])  # warm-up: two batches
-    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
-    limits = [gemm_flops_around(args.threads, args.device, dtype)]
+    limits = [gemm_flops_around(args.threads, args.device, args.precision)]
     times = []
     for _ in range(args.passes):
         start = time.perf_counter()
         run_all()
         times.append(time.perf_counter() - start)
-    limits.append(gemm_flops_around(args.threads, args.device, dtype))
+    limits.append(gemm_flops_around(args.threads, args.device, args.precision))
     if args.dump:
         first = [line.split() for line in Path(args.sentences).read_text(encoding="utf-8").splitlines()][: args.dump_sentences]
         np.savez(args.dump, **{str(i): a for i, a in enumerate(embedder.embed_batch(first))})
@@ -184,8 +184,7 @@ def worker_train(args) -> dict:
         return batch.n_tokens
 
     step()
-    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
-    limits = [gemm_flops_around(args.threads, args.device, dtype, world)]
+    limits = [gemm_flops_around(args.threads, args.device, args.precision, world)]
     times, tokens = [], 0
     for _ in range(args.passes):
         _sync(args.device)
@@ -193,7 +192,7 @@ def worker_train(args) -> dict:
         tokens = step()
         _sync(args.device)
         times.append(time.perf_counter() - start)
-    limits.append(gemm_flops_around(args.threads, args.device, dtype, world))
+    limits.append(gemm_flops_around(args.threads, args.device, args.precision, world))
     rss = distributed.gather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     distributed.teardown()
     if rank != 0:
@@ -406,9 +405,6 @@ def markdown_tables(results: dict) -> str:
              "| AllenNLP: % of limit | GEMM GFLOP/s | peak memory ours / AllenNLP | max abs diff |",
              "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
-    def rates(run: dict) -> str:
-        return " / ".join(f"{r / 1e9:,.0f}" for r in run.get("gemm_flops_before_after", []))
-
     def memory(run: dict) -> str:
         rss = f"{run['peak_rss_mb']:,.0f} MB"
         return rss + (f" (GPU {run['gpu_peak_mb']:,.0f} MB)" if run.get("gpu_peak_mb") else "")
@@ -421,7 +417,7 @@ def markdown_tables(results: dict) -> str:
         cells = [row["shape"], str(row["threads"]), row["order"] + ("" if precision == "fp32" else f", {precision}"),
                  f"{ours['tokens_per_s']:,.0f}", f"{peer['tokens_per_s']:,.0f}" if peer else "not run",
                  f"x{row['speedup']:.2f}" if peer else "", f"{ours['fraction_of_gemm_limit']:.0%}",
-                 f"{peer['fraction_of_gemm_limit']:.0%}" if peer else "", rates(ours),
+                 f"{peer['fraction_of_gemm_limit']:.0%}" if peer else "", measured_rates(ours),
                  f"{memory(ours)} / {memory(peer)}" if peer else memory(ours), diff]
         lines.append("| " + " | ".join(cells) + " |")
     if not results["embedding"]:
@@ -435,7 +431,7 @@ def markdown_tables(results: dict) -> str:
             lines.append(f"| {row['shape']} | {threads} | {row.get('precision', 'fp32')} | "
                          f"{ours['tokens_per_step']:,} | {ours.get('negatives', 8192):,} | {ours['tokens_per_s']:,.0f} | "
                          f"{row['flops_per_token'] / 1e6:,.0f} M | {ours['fraction_of_gemm_limit']:.0%} | "
-                         f"{rates(ours)} | {memory(ours)} |")
+                         f"{measured_rates(ours)} | {memory(ours)} |")
     return "\n".join(lines)
 
 
@@ -470,10 +466,13 @@ def plot(results: dict, path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def measured_rates(run: dict) -> str:
+    """The GEMM rates (GFLOP/s) a worker measured before and after its timing, "" for older results."""
+    return " / ".join(f"{r / 1e9:,.0f}" for r in run.get("gemm_flops_before_after", []))
+
+
 def around(run: dict) -> str:
-    """The GEMM rates a worker measured before and after its timing, as the tables show them."""
-    rates = run.get("gemm_flops_before_after")
-    return "/".join(f"{r / 1e9:,.0f}" for r in rates) + " GFLOP/s" if rates else "GEMM limit"
+    return f"{measured_rates(run)} GFLOP/s" if run.get("gemm_flops_before_after") else "GEMM limit"
 
 
 def print_embedding_row(row: dict) -> None:
