@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parents[1]
 
 # The paper's figures (Peters et al. 2018): Table 1 (test), Table 5 (WSD F1), Table 6 (PTB POS accuracy).
@@ -444,11 +446,38 @@ def ptb_section() -> list[str]:
     else:
         lines += [f"**Not finished**: {last['epoch']} of 25 epochs after {last['wall_s'] / 3600:.1f} h on "
                   f"{last['device']}; the test set is scored once, after the last epoch, so the target is not shown yet.", ""]
+        lines += ptb_projection(records)
     lines += ["| epoch | lr | valid forward | valid backward | wall-clock h |", "| --- | --- | --- | --- | --- |"]
     lines += [f"| {r['epoch']} | {r['lr']:g} | {r['valid']['forward']:.1f} | {r['valid']['backward']:.1f} | "
               f"{r['wall_s'] / 3600:.2f} |" for r in records]
     return lines + ["", f"Log: `{log.relative_to(REPO)}` (the run's `benchmark.jsonl`). Command (resumable: rerun it to continue):",
                     "", "```", PTB_COMMAND, "```", ""]
+
+
+def ptb_projection(records: list[dict]) -> list[str]:
+    """Where the forward validation curve levels off at the first learning rate, for an unfinished run.
+
+    Fits a + b * exp(-c * epoch) to the epochs from 2 on at that rate (epoch 1 starts from random
+    weights and follows no such law): least squares for a and b on a grid of c.
+    """
+    first_lr = records[0]["lr"]
+    points = [(r["epoch"], r["valid"]["forward"]) for r in records if r["lr"] == first_lr and r["epoch"] >= 2]
+    if len(points) < 4:
+        return []
+    epochs = np.array([e for e, _ in points], dtype=float)
+    ppl = np.array([v for _, v in points])
+    best = None
+    for c in np.linspace(0.05, 2.0, 391):
+        design = np.stack([np.ones_like(epochs), np.exp(-c * epochs)], axis=1)
+        coef, *_ = np.linalg.lstsq(design, ppl, rcond=None)
+        error = float(np.sum((design @ coef - ppl) ** 2))
+        if best is None or error < best[0]:
+            best = (error, coef[0])
+    level = best[1]
+    return [f"Projection, not a result: at lr {first_lr:g} the forward validation perplexity levels off near "
+            f"**{level:.0f}** (a + b·exp(−c·epoch) fitted to epochs {int(epochs[0])}-{int(epochs[-1])}); "
+            f"reaching {PTB_TARGET} takes the learning-rate halvings to cut about "
+            f"{100 * (1 - PTB_TARGET / level):.0f}% from there.", ""]
 
 
 def plots(args, curve, probe_rows, weights) -> None:

@@ -105,3 +105,14 @@ def test_render_refuses_to_empty_a_report_whose_metrics_are_missing(tmp_path):
     assert report.read_text().startswith("biLM: `default`; 39 of 39")  # untouched
     assert script.main([*args, "--force"]) == 0
     assert "0 of 39 runs present" in report.read_text()
+
+
+def test_ptb_projection_recovers_the_level_of_an_exponential_curve():
+    script = _script()
+    level = 118.0
+    records = [{"epoch": e, "lr": 1.0, "valid": {"forward": level + 300 * 0.6 ** e}} for e in range(1, 9)]
+    records.append({"epoch": 9, "lr": 0.5, "valid": {"forward": 100.0}})  # after a halving: not part of the fit
+    (line,) = [x for x in script.ptb_projection(records) if x]
+    assert f"near **{level:.0f}**" in line and "epochs 2-8" in line
+    assert f"about {100 * (1 - script.PTB_TARGET / level):.0f}%" in line
+    assert script.ptb_projection(records[:4]) == []  # too few epochs at the first rate to fit three numbers
