@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .errors import ModelFileError
 
-BUNDLED_DIR = Path(__file__).parent / "models"
+BUNDLED_DIR = Path(__file__).parent / "bundled"
 OPTIONS_NAME, WEIGHTS_NAME, VOCAB_NAME, SOFTMAX_NAME = "options.json", "weights.hdf5", "vocab.txt", "softmax.hdf5"
 
 

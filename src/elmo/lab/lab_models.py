@@ -24,7 +24,7 @@ from .task_models import MixPreset, TaggerView, load_preset, load_tagger
 
 NO_TAGGERS = "not available yet: no NER taggers were given (train them with `elmo task train ner ... --save " \
              "FILE`, then start the lab with --ner FILE and --ner-baseline FILE)"
-NO_LM = "not available yet: this model has no vocab.txt + softmax.hdf5 (the bundled default model will have " \
+NO_LM = "not available yet: this model has no vocab.txt + softmax.hdf5 (a MODEL_DIR from `elmo export` has " \
         "them; or pass --vocab and --softmax)"
 
 
