@@ -228,3 +228,12 @@ def test_interrupted_run_leaves_no_output(tmp_path, allennlp_dir, fixture_senten
     with pytest.raises(KeyboardInterrupt):
         embed_file(embedder, path, tmp_path / "o.hdf5", batch_size=4, progress=False)
     assert sorted(os.listdir(tmp_path)) == ["c.txt"]  # neither OUTPUT nor its temporary file
+
+
+def test_version_flag_prints_the_package_version(capsys):
+    import elmo
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"elmo {elmo.__version__}"

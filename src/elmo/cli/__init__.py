@@ -9,6 +9,7 @@ import argparse
 import importlib
 import sys
 
+from .. import __version__
 from ..errors import ElmoError
 
 # One module per command group, each with register(subparsers); add new groups here.
@@ -17,6 +18,7 @@ COMMAND_MODULES = ["embed", "tasks", "train", "lab"]
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="elmo", description="ELMo: deep contextualized word representations.")
+    parser.add_argument("--version", action="version", version=f"elmo {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(f"{__name__}.{name}").register(sub)
