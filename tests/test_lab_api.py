@@ -252,9 +252,9 @@ def test_unknown_paths_and_methods_are_json_errors(client):
     assert r.status_code == 405 and "GET /api/tag" in r.json()["error"]
 
 
-def test_cli_errors_are_one_clear_line(files, capsys):
+def test_cli_errors_are_one_clear_line(files, capsys, monkeypatch, tmp_path):
+    import elmo.models
     from elmo.cli import main
-    from elmo.models import bundled_models
 
     model = ["--options", str(files.options), "--weights", str(files.weights), "--no-browser"]
     assert main(["lab", *model, "--preset", "no-equals-sign"]) == 2
@@ -263,6 +263,7 @@ def test_cli_errors_are_one_clear_line(files, capsys):
     assert "between 0 and 65535" in capsys.readouterr().err
     assert main(["lab", "--options", str(files.options), "--no-browser"]) == 2
     assert "--options and --weights go together" in capsys.readouterr().err
-    if "default" not in bundled_models():  # until the default model ships, a plain `elmo lab` says what to give
-        assert main(["lab", "--no-browser"]) == 2
-        assert "give --model DIR, or --options and --weights" in capsys.readouterr().err
+    monkeypatch.setattr(elmo.models, "BUNDLED_DIR", tmp_path / "no-bundled-models")  # an installation without them
+    assert main(["lab", "--no-browser"]) == 2
+    err = capsys.readouterr().err
+    assert "none in this installation" in err and "give --model DIR, or --options and --weights" in err
