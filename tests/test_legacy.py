@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from elmo import ElmoEmbedder, Embedder, InputError, ModelFileError
-from elmo.models import bundled_models
 
 # Written the way users wrote it against AllenNLP 0.9 (the tutorial's calls, then a file of sentences).
 SCRIPT_09 = textwrap.dedent("""\
@@ -110,12 +109,16 @@ def test_batch_to_embeddings_shapes_and_mask(allennlp_dir):
     assert torch.all(activations[1, :, 1:] == 0)
 
 
-def test_default_model_or_clear_error():
-    if "default" in bundled_models():
-        assert ElmoEmbedder().embed_sentence(["a"]).shape[0] == 3
-    else:
-        with pytest.raises(ModelFileError, match="default"):
-            ElmoEmbedder()
+def test_no_files_loads_the_bundled_default_model():
+    assert ElmoEmbedder().embed_sentence(["a"]).shape == (3, 1, 256)
+
+
+def test_no_files_and_no_bundled_model_is_a_clear_error(monkeypatch, tmp_path):
+    import elmo.models
+
+    monkeypatch.setattr(elmo.models, "BUNDLED_DIR", tmp_path / "no-bundled-models")
+    with pytest.raises(ModelFileError, match="default: neither a model directory nor a bundled model"):
+        ElmoEmbedder()
 
 
 def test_options_without_weights_is_an_error(allennlp_dir):
