@@ -107,12 +107,15 @@ def test_render_refuses_to_empty_a_report_whose_metrics_are_missing(tmp_path):
     assert "0 of 39 runs present" in report.read_text()
 
 
-def test_ptb_projection_recovers_the_level_of_an_exponential_curve():
+@pytest.mark.parametrize("law", ["power", "exponential"])
+def test_ptb_projection_extrapolates_the_law_the_curve_follows(law):
     script = _script()
-    level = 118.0
-    records = [{"epoch": e, "lr": 1.0, "valid": {"forward": level + 300 * 0.6 ** e}} for e in range(1, 9)]
-    records.append({"epoch": 9, "lr": 0.5, "valid": {"forward": 100.0}})  # after a halving: not part of the fit
+    curve = {"power": lambda e: 110 + 150 * e ** -0.8, "exponential": lambda e: 118 + 300 * 0.6 ** e}[law]
+    records = [{"epoch": e, "lr": 1.0, "valid": {"forward": curve(e)}} for e in range(1, 10)]
+    records.append({"epoch": 10, "lr": 0.5, "valid": {"forward": 100.0}})  # after a halving: not part of the fit
     (line,) = [x for x in script.ptb_projection(records) if x]
-    assert f"near **{level:.0f}**" in line and "epochs 2-8" in line
-    assert f"about {100 * (1 - script.PTB_TARGET / level):.0f}%" in line
+    end = curve(script.PTB_EPOCHS)
+    assert f"about **{end:.0f}** by epoch {script.PTB_EPOCHS} ({law}" in line and "epochs 2-9" in line
+    cuts = re.search(r"cut about (\d+)-(\d+)% from there", line).groups()
+    assert f"{100 * (1 - script.PTB_TARGET / end):.0f}" in cuts
     assert script.ptb_projection(records[:4]) == []  # too few epochs at the first rate to fit three numbers
