@@ -16,6 +16,7 @@ Several copies of the same command share the grid: each takes the next run no li
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -420,6 +421,7 @@ def render(args, runs) -> str:
     lines += [commands[name] for name, _ in runs]
     lines += ["```", ""]
     plots(args, curve, probe_rows, weights)
+    ptb_plot(args.docs / "results_ptb.png")
     return "\n".join(lines)
 
 
@@ -432,8 +434,7 @@ def ptb_section() -> list[str]:
              "word-level perplexity, end of sentence included, text read in order with the state carried.",
              f"Target: forward test perplexity at or below {PTB_TARGET} (Kim et al.'s; their Large: 78.9).",
              "docs/training.md has the earlier runs and what was tried on the way.", ""]
-    log = next((p for p in PTB_LOGS if p.exists()), None)
-    records = [json.loads(line) for line in log.read_text().splitlines()] if log else []
+    log, records = ptb_log()
     if not records:
         return lines + ["No epoch of the current run has finished yet.", "", "```", PTB_COMMAND, "```", ""]
     last = records[-1]
@@ -447,6 +448,7 @@ def ptb_section() -> list[str]:
         lines += [f"**Not finished**: {last['epoch']} of {PTB_EPOCHS} epochs after {last['wall_s'] / 3600:.1f} h on "
                   f"{last['device']}; the test set is scored once, after the last epoch, so the target is not shown yet.", ""]
         lines += ptb_projection(records)
+    lines += ["![PTB validation perplexity per epoch](results_ptb.png)", ""]
     lines += ["| epoch | lr | valid forward | valid backward | wall-clock h |", "| --- | --- | --- | --- | --- |"]
     lines += [f"| {r['epoch']} | {r['lr']:g} | {r['valid']['forward']:.1f} | {r['valid']['backward']:.1f} | "
               f"{r['wall_s'] / 3600:.2f} |" for r in records]
@@ -471,11 +473,17 @@ def fit_curve(epochs: np.ndarray, values: np.ndarray, shape) -> tuple[float, np.
     return best
 
 
-def ptb_projection(records: list[dict]) -> list[str]:
-    """Where the forward validation curve is heading at the first learning rate, for an unfinished run.
+def ptb_log() -> tuple[Path | None, list[dict]]:
+    """The PTB run's per-epoch records: the final log if there is one, else the partial one."""
+    log = next((p for p in PTB_LOGS if p.exists()), None)
+    return log, [json.loads(line) for line in log.read_text().splitlines()] if log else []
 
-    Fits two laws to the epochs from 2 on at that rate (epoch 1 starts from random weights and
-    follows neither) and gives each one's value at the last epoch, the better fit first.
+
+def first_rate_fits(records: list[dict]) -> list[tuple[float, str, object]]:
+    """Both laws fitted to the forward validation perplexity at the first learning rate, better fit first.
+
+    Uses the epochs from 2 on (epoch 1 starts from random weights and follows neither law); each
+    entry is (squared error, law, epoch -> perplexity); empty with fewer than 4 such epochs.
     """
     first_lr = records[0]["lr"]
     points = [(r["epoch"], r["valid"]["forward"]) for r in records if r["lr"] == first_lr and r["epoch"] >= 2]
@@ -486,14 +494,57 @@ def ptb_projection(records: list[dict]) -> list[str]:
     fits = []
     for name, shape in CURVE_LAWS.items():
         error, (a, b), c = fit_curve(epochs, ppl, shape)
-        fits.append((error, name, a + b * shape(float(PTB_EPOCHS), c)))
-    fits.sort()
-    (_, best_name, best_end), (_, other_name, other_end) = fits
+        fits.append((error, name, lambda t, a=a, b=b, c=c, shape=shape: a + b * shape(np.asarray(t, dtype=float), c)))
+    return sorted(fits, key=lambda fit: fit[0])
+
+
+def ptb_projection(records: list[dict]) -> list[str]:
+    """Where the forward validation curve is heading at the first learning rate, for an unfinished run."""
+    fits = first_rate_fits(records)
+    if not fits:
+        return []
+    first_lr = records[0]["lr"]
+    fitted = [r["epoch"] for r in records if r["lr"] == first_lr and r["epoch"] >= 2]
+    (_, best_name, best), (_, other_name, other) = fits
+    best_end, other_end = float(best(PTB_EPOCHS)), float(other(PTB_EPOCHS))
     cuts = sorted(100 * (1 - PTB_TARGET / end) for end in (best_end, other_end))
     return [f"Projection, not a result: kept at lr {first_lr:g}, the forward validation perplexity would reach about "
-            f"**{best_end:.0f}** by epoch {PTB_EPOCHS} ({best_name}, the better fit to epochs {int(epochs[0])}-"
-            f"{int(epochs[-1])}; {other_name}: {other_end:.0f}). Reaching {PTB_TARGET} takes the learning-rate "
+            f"**{best_end:.0f}** by epoch {PTB_EPOCHS} ({best_name}, the better fit to epochs {fitted[0]}-"
+            f"{fitted[-1]}; {other_name}: {other_end:.0f}). Reaching {PTB_TARGET} takes the learning-rate "
             f"halvings to cut about {cuts[0]:.0f}-{cuts[1]:.0f}% from there.", ""]
+
+
+def ptb_plot(path: Path) -> None:
+    """Validation perplexity per epoch, the target, the halvings and (unfinished) the lr-1 projections."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    _, records = ptb_log()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if records:
+        epochs = [r["epoch"] for r in records]
+        ax.plot(epochs, [r["valid"]["forward"] for r in records], "o-", label="valid, forward")
+        ax.plot(epochs, [r["valid"]["backward"] for r in records], "s-", ms=4, label="valid, backward")
+        for before, after in itertools.pairwise(records):
+            if after["lr"] != before["lr"]:
+                ax.axvline(before["epoch"] + 0.5, color="grey", lw=0.8, ls=":")
+        last = records[-1]
+        if "test" in last:
+            ax.plot([last["epoch"]], [last["test"]["forward"]], "k*", ms=12, label="test, forward")
+        else:
+            grid = np.linspace(2, PTB_EPOCHS, 100)
+            for (_, name, law), style in zip(first_rate_fits(records), ("--", ":")):
+                ax.plot(grid, law(grid), style, color="tab:blue", lw=1, label=f"kept at lr {records[0]['lr']:g}: {name.split(' a')[0]}")
+        ax.axhline(PTB_TARGET, color="tab:red", lw=1, label=f"target (test) {PTB_TARGET}")
+        ax.set_xlim(0.5, PTB_EPOCHS + 0.5)
+        ax.set_ylim(PTB_TARGET - 10, min(260, max(r["valid"]["forward"] for r in records) + 10))
+    ax.set_xlabel("epoch (dotted lines: learning rate halved)")
+    ax.set_ylabel("word-level perplexity")
+    ax.set_title("PTB, LSTM-Char-Small-sized biLM")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    _save(fig, path)
 
 
 def plots(args, curve, probe_rows, weights) -> None:

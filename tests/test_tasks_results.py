@@ -36,7 +36,7 @@ def test_skeleton_has_no_numbers_of_ours(tmp_path):
     assert sum(c.startswith("elmo probe") for c in commands) == 9
     assert commands[0].startswith("elmo static train ../shared/data/wiki_corpus/train.txt.gz")
     assert str(REPO.parent) not in text.replace(str(tmp_path), "")  # no absolute path of this checkout's machine
-    assert all((tmp_path / "docs" / f"results_{n}.png").exists() for n in ("lowres", "probes", "layer_weights"))
+    assert all((tmp_path / "docs" / f"results_{n}.png").exists() for n in ("lowres", "probes", "layer_weights", "ptb"))
 
 
 def test_smoke_grid(tmp_path):
