@@ -47,6 +47,7 @@ FRACTIONS = [0.01, 0.1, 1.0]
 # stop before the tagger predicts its first entity (F1 0 in a first run). Dev is scored every few
 # epochs, so its cost does not grow with the number of (cheap) epochs; patience counts dev scorings.
 PTB_LOGS = [REPO / "benchmarks" / "results" / f"ptb-char-small-cpu{suffix}.jsonl" for suffix in ("", "-partial")]
+PTB_EPOCHS = 25
 PTB_COMMAND = "python benchmarks/ptb_char_small.py --out ../runs/ptb-525 --threads 2"
 PTB_TARGET = 92.3  # Kim et al. (2016), LSTM-Char-Small, test perplexity
 LOW_RESOURCE_SCHEDULE = {0.01: ["--epochs", "100", "--eval-every", "5", "--patience", "3"],
@@ -456,9 +457,9 @@ def ptb_section() -> list[str]:
                     "", "```", PTB_COMMAND, "```", ""]
 
 
-PTB_EPOCHS = 25
-# Two laws for a validation curve at a fixed learning rate, each a + b * shape(epoch, c).
-CURVE_LAWS = {"power law a + b·epoch^−c": lambda t, c: t ** -c, "exponential a + b·exp(−c·epoch)": lambda t, c: np.exp(-c * t)}
+# Two laws for a validation curve at a fixed learning rate, each a + b * shape(epoch, c): name -> (formula, shape).
+CURVE_LAWS = {"power law": ("a + b·epoch^−c", lambda t, c: t ** -c),
+              "exponential": ("a + b·exp(−c·epoch)", lambda t, c: np.exp(-c * t))}
 
 
 def fit_curve(epochs: np.ndarray, values: np.ndarray, shape) -> tuple[float, np.ndarray, float]:
@@ -479,39 +480,38 @@ def ptb_log() -> tuple[Path | None, list[dict]]:
     return log, [json.loads(line) for line in log.read_text().splitlines()] if log else []
 
 
-def first_rate_fits(records: list[dict]) -> list[tuple[float, str, object]]:
+def first_rate_fits(records: list[dict]) -> tuple[list[int], list[tuple[float, str, object]]]:
     """Both laws fitted to the forward validation perplexity at the first learning rate, better fit first.
 
-    Uses the epochs from 2 on (epoch 1 starts from random weights and follows neither law); each
-    entry is (squared error, law, epoch -> perplexity); empty with fewer than 4 such epochs.
+    Uses the epochs from 2 on (epoch 1 starts from random weights and follows neither law) and
+    returns them with the fits, each (squared error, law's name, epoch -> perplexity); no fits
+    with fewer than 4 such epochs.
     """
-    first_lr = records[0]["lr"]
-    points = [(r["epoch"], r["valid"]["forward"]) for r in records if r["lr"] == first_lr and r["epoch"] >= 2]
+    points = [(r["epoch"], r["valid"]["forward"]) for r in records if r["lr"] == records[0]["lr"] and r["epoch"] >= 2]
+    fitted = [e for e, _ in points]
     if len(points) < 4:
-        return []
-    epochs = np.array([e for e, _ in points], dtype=float)
+        return fitted, []
+    epochs = np.array(fitted, dtype=float)
     ppl = np.array([v for _, v in points])
     fits = []
-    for name, shape in CURVE_LAWS.items():
+    for name, (_, shape) in CURVE_LAWS.items():
         error, (a, b), c = fit_curve(epochs, ppl, shape)
         fits.append((error, name, lambda t, a=a, b=b, c=c, shape=shape: a + b * shape(np.asarray(t, dtype=float), c)))
-    return sorted(fits, key=lambda fit: fit[0])
+    return fitted, sorted(fits, key=lambda fit: fit[0])
 
 
 def ptb_projection(records: list[dict]) -> list[str]:
     """Where the forward validation curve is heading at the first learning rate, for an unfinished run."""
-    fits = first_rate_fits(records)
+    fitted, fits = first_rate_fits(records)
     if not fits:
         return []
-    first_lr = records[0]["lr"]
-    fitted = [r["epoch"] for r in records if r["lr"] == first_lr and r["epoch"] >= 2]
     (_, best_name, best), (_, other_name, other) = fits
     best_end, other_end = float(best(PTB_EPOCHS)), float(other(PTB_EPOCHS))
     cuts = sorted(100 * (1 - PTB_TARGET / end) for end in (best_end, other_end))
-    return [f"Projection, not a result: kept at lr {first_lr:g}, the forward validation perplexity would reach about "
-            f"**{best_end:.0f}** by epoch {PTB_EPOCHS} ({best_name}, the better fit to epochs {fitted[0]}-"
-            f"{fitted[-1]}; {other_name}: {other_end:.0f}). Reaching {PTB_TARGET} takes the learning-rate "
-            f"halvings to cut about {cuts[0]:.0f}-{cuts[1]:.0f}% from there.", ""]
+    return [f"Projection, not a result: kept at lr {records[0]['lr']:g}, the forward validation perplexity would reach "
+            f"about **{best_end:.0f}** by epoch {PTB_EPOCHS} ({best_name} {CURVE_LAWS[best_name][0]}, the better fit "
+            f"to epochs {fitted[0]}-{fitted[-1]}; {other_name} {CURVE_LAWS[other_name][0]}: {other_end:.0f}). Reaching "
+            f"{PTB_TARGET} takes the learning-rate halvings to cut about {cuts[0]:.0f}-{cuts[1]:.0f}% from there.", ""]
 
 
 def ptb_plot(path: Path) -> None:
@@ -534,8 +534,8 @@ def ptb_plot(path: Path) -> None:
             ax.plot([last["epoch"]], [last["test"]["forward"]], "k*", ms=12, label="test, forward")
         else:
             grid = np.linspace(2, PTB_EPOCHS, 100)
-            for (_, name, law), style in zip(first_rate_fits(records), ("--", ":")):
-                ax.plot(grid, law(grid), style, color="tab:blue", lw=1, label=f"kept at lr {records[0]['lr']:g}: {name.split(' a')[0]}")
+            for (_, name, law), style in zip(first_rate_fits(records)[1], ("--", "-.")):
+                ax.plot(grid, law(grid), style, color="tab:blue", lw=1, label=f"kept at lr {records[0]['lr']:g}: {name}")
         ax.axhline(PTB_TARGET, color="tab:red", lw=1, label=f"target (test) {PTB_TARGET}")
         ax.set_xlim(0.5, PTB_EPOCHS + 0.5)
         ax.set_ylim(PTB_TARGET - 10, min(260, max(r["valid"]["forward"] for r in records) + 10))
