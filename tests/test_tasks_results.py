@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import socket
@@ -119,3 +120,20 @@ def test_ptb_projection_extrapolates_the_law_the_curve_follows(law):
     cuts = re.search(r"cut about (\d+)-(\d+)% from there", line).groups()
     assert f"{100 * (1 - script.PTB_TARGET / end):.0f}" in cuts
     assert script.ptb_projection(records[:4]) == []  # too few epochs at the first rate to fit three numbers
+
+
+def test_ptb_section_reports_the_test_set_once_the_run_is_finished(tmp_path, monkeypatch):
+    script = _script()
+    log = tmp_path / "ptb.jsonl"
+    valid = {"forward": 120.0, "backward": 118.0, "average": 119.0, "tokens": 73760}
+    records = [{"epoch": e, "lr": 1.0, "next_lr": 1.0, "valid": valid, "wall_s": 3600.0 * e, "device": "cpu"} for e in (1, 2)]
+    records[-1]["test"] = {"forward": 95.04, "backward": 93.0, "average": 94.0, "tokens": 82430}
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    monkeypatch.setattr(script, "REPO", tmp_path)
+    monkeypatch.setattr(script, "PTB_LOGS", [log])
+    text = "\n".join(script.ptb_section())
+    assert "forward **95.0**, backward **93.0**, average 94.0 (82,430 tokens); target missed" in text
+    assert "Wall time 2.0 h on cpu" in text and "Not finished" not in text
+    records[-1]["test"]["forward"] = script.PTB_TARGET
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert "target met" in "\n".join(script.ptb_section())
