@@ -453,7 +453,8 @@ def ptb_section() -> list[str]:
     lines += ["| epoch | lr | valid forward | valid backward | wall-clock h |", "| --- | --- | --- | --- | --- |"]
     lines += [f"| {r['epoch']} | {r['lr']:g} | {r['valid']['forward']:.1f} | {r['valid']['backward']:.1f} | "
               f"{r['wall_s'] / 3600:.2f} |" for r in records]
-    return lines + ["", f"Log: `{log.relative_to(REPO)}` (the run's `benchmark.jsonl`). Command (resumable: rerun it to continue):",
+    resumable = "" if "test" in last else " (resumable: rerun it to continue)"
+    return lines + ["", f"Log: `{log.relative_to(REPO)}` (the run's `benchmark.jsonl`). Command{resumable}:",
                     "", "```", PTB_COMMAND, "```", ""]
 
 

@@ -133,7 +133,7 @@ def test_ptb_section_reports_the_test_set_once_the_run_is_finished(tmp_path, mon
     monkeypatch.setattr(script, "PTB_LOGS", [log])
     text = "\n".join(script.ptb_section())
     assert "forward **95.0**, backward **93.0**, average 94.0 (82,430 tokens); target missed" in text
-    assert "Wall time 2.0 h on cpu" in text and "Not finished" not in text
+    assert "Wall time 2.0 h on cpu" in text and "Not finished" not in text and "resumable" not in text
     records[-1]["test"]["forward"] = script.PTB_TARGET
     log.write_text("".join(json.dumps(r) + "\n" for r in records))
     assert "target met" in "\n".join(script.ptb_section())
