@@ -439,7 +439,8 @@ def ptb_section() -> list[str]:
     if not records:
         return lines + ["No epoch of the current run has finished yet.", "", "```", PTB_COMMAND, "```", ""]
     last = records[-1]
-    if "test" in last:
+    finished = "test" in last
+    if finished:
         t = last["test"]
         verdict = "met" if t["forward"] <= PTB_TARGET else "missed"
         lines += [f"Test perplexity after {last['epoch']} epochs: forward **{t['forward']:.1f}**, backward "
@@ -453,7 +454,7 @@ def ptb_section() -> list[str]:
     lines += ["| epoch | lr | valid forward | valid backward | wall-clock h |", "| --- | --- | --- | --- | --- |"]
     lines += [f"| {r['epoch']} | {r['lr']:g} | {r['valid']['forward']:.1f} | {r['valid']['backward']:.1f} | "
               f"{r['wall_s'] / 3600:.2f} |" for r in records]
-    resumable = "" if "test" in last else " (resumable: rerun it to continue)"
+    resumable = "" if finished else " (resumable: rerun it to continue)"
     return lines + ["", f"Log: `{log.relative_to(REPO)}` (the run's `benchmark.jsonl`). Command{resumable}:",
                     "", "```", PTB_COMMAND, "```", ""]
 
