@@ -19,6 +19,7 @@ from elmo.training import TrainingError
 from elmo.training.checkpoint import list_checkpoints, load_checkpoint
 from elmo.training.data import (
     MAX_LINE_BYTES,
+    OrderedBatcher,
     SentenceBatcher,
     SentenceSource,
     StreamBatcher,
@@ -173,6 +174,53 @@ def test_stream_state_restores_exactly_and_shards_partition(tmp_path):
     shards = [list(SentenceSource([str(corpus)], seed=1, loop=False, shard=(r, 2), chunk_lines=8)) for r in (0, 1)]
     assert sorted(map(" ".join, shards[0] + shards[1])) == sorted(lines)
     assert abs(len(shards[0]) - len(shards[1])) <= 4
+
+
+def test_ordered_batches_read_the_corpus_in_order_both_ways(tmp_path):
+    """Kim et al.'s streams: forward rows read contiguous stretches front to back; backward rows read
+    the reversed corpus (each sentence reversed, last sentence first) the same way."""
+    corpus = write(tmp_path / "c.txt", ["a b", "c", "", "d e f g"])
+    vocab = Vocab(["<S>", "</S>", "<UNK>", "a", "b", "c", "d", "e", "f"])
+    # 10 (input, target) pairs each way, so two rows of 5, read in windows of 3 and 2
+    batcher = OrderedBatcher([str(corpus)], vocab, rows=2, unroll=3, loop=False)
+
+    def rows(batch, which):
+        names = {i + 1: t for i, t in enumerate(_decode_types(batch))}
+        return [[names[int(i)] for i in row] for row in getattr(batch, which)]
+
+    first, second = batcher.next_batch(), batcher.next_batch()
+    assert batcher.next_batch() is None and batcher.windows_per_epoch == 2
+    assert rows(first, "fwd_inputs") == [["<S>", "a", "b"], ["<S>", "d", "e"]]
+    assert first.fwd_targets.tolist() == [[3, 4, 1], [6, 7, 8]]  # a b </S> | d e f
+    assert rows(second, "fwd_inputs") == [["<S>", "c"], ["f", "g"]] and second.lengths.tolist() == [2, 2]
+    assert second.fwd_targets.tolist() == [[5, 1], [2, 1]]  # c </S> | <UNK> </S>
+    assert rows(first, "bwd_inputs") == [["</S>", "g", "f"], ["</S>", "c", "</S>"]]
+    assert first.bwd_targets.tolist() == [[2, 8, 7], [5, 0, 4]]  # <UNK> f e | c <S> b
+    assert rows(second, "bwd_inputs") == [["e", "d"], ["b", "a"]]
+    assert second.bwd_targets.tolist() == [[6, 0], [3, 0]]  # d <S> | a <S>
+
+
+def test_ordered_state_restores_exactly_and_ranks_split_the_streams(tmp_path):
+    lines = [" ".join(f"w{i}_{j}" for j in range(1 + i % 5)) for i in range(40)]
+    corpus = write(tmp_path / "c.txt", lines)
+    vocab = Vocab(["<S>", "</S>", "<UNK>"] + sorted({w for line in lines for w in line.split()}))
+    a = OrderedBatcher([str(corpus)], vocab, rows=4, unroll=3)
+    for _ in range(5):
+        a.next_batch()
+    state = a.state()
+    expected = [a.next_batch() for _ in range(20)]  # crosses the epoch end
+    b = OrderedBatcher([str(corpus)], vocab, rows=4, unroll=3)
+    b.restore(state)
+    for want in expected:
+        got = b.next_batch()
+        assert torch.equal(got.fwd_targets, want.fwd_targets) and torch.equal(got.bwd_targets, want.bwd_targets)
+        assert torch.equal(got.char_ids[got.fwd_inputs - 1], want.char_ids[want.fwd_inputs - 1])
+    whole = OrderedBatcher([str(corpus)], vocab, rows=4, unroll=3).next_batch()
+    halves = [OrderedBatcher([str(corpus)], vocab, rows=2, unroll=3, shard=(r, 2)).next_batch() for r in (0, 1)]
+    assert torch.equal(torch.cat([h.fwd_targets for h in halves]), whole.fwd_targets)
+    assert torch.equal(torch.cat([h.bwd_targets for h in halves]), whole.bwd_targets)
+    with pytest.raises(InputError, match="cannot fill 400 ordered streams"):
+        OrderedBatcher([str(corpus)], vocab, rows=400, unroll=3)
 
 
 def test_sentence_batches_sorted_with_zero_padding(tmp_path):

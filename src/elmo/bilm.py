@@ -225,11 +225,11 @@ class LstmLayer(nn.Module):
         active = [n for n in (lengths.unsqueeze(1) > torch.arange(steps, device=lengths.device)).sum(0).tolist() if n]
         # The input-to-gates product of all real time steps at once, (sum of active, 4H): step t's
         # block is its first active[t] rows, so padded positions cost nothing (PackedSequence's layout).
-        x_time_major = x.transpose(0, 1)
         if all(n == batch for n in active):
-            packed = x_time_major[: len(active)].reshape(len(active) * batch, -1)
-        else:
-            packed = torch.cat([x_time_major[t, :n] for t, n in enumerate(active)])
+            packed = x.transpose(0, 1)[: len(active)].reshape(len(active) * batch, -1)
+        else:  # one gather: a cat of per-step slices would, in backward, fill a zero (T, B, D) per step
+            t_idx, b_idx = (torch.arange(batch, device=x.device) < lengths.unsqueeze(1).new_tensor(active).unsqueeze(1)).nonzero(as_tuple=True)
+            packed = x.reshape(batch * steps, -1)[b_idx * steps + t_idx]
         w_x, w_h_rows = self.W_0[: self.input_dim], self.W_0[self.input_dim :]
         widest = active[0] if active else 0
         onednn_w_h = _onednn_packed(w_h_rows, widest, x, state, list(self.parameters()))

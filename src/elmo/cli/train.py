@@ -47,7 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     soft.add_argument("--full-softmax", dest="sampled", action="store_const", const=False, help="exact softmax over the vocabulary")
     soft.add_argument("--sampled-softmax", dest="sampled", action="store_const", const=True, help="sampled softmax (default)")
     p.add_argument("--negatives", type=int, help="negatives per batch for the sampled softmax (default 8192)")
-    p.add_argument("--batching", choices=["stream", "sentence"], help="stream (bilm-tf, default) or one sentence per row")
+    p.add_argument("--batching", choices=["sentence", "stream", "ordered"],
+                   help="sentence (default): each sentence its own row from zero LSTM state, as `elmo embed` runs "
+                   "a model; use it for models you will embed with. stream: bilm-tf's shuffled sentences packed into "
+                   "rows with the state carried; such a model may fail from zero state (docs/training.md). ordered: "
+                   "the corpus in file order as contiguous streams, state carried (Kim et al.), for text whose "
+                   "order carries meaning (PTB, documents) and scoring with the state carried")
     p.add_argument("--max-steps", type=int, help="stop after this many updates (default: from --epochs)")
     p.add_argument("--epochs", type=float, help="passes over the corpus' token count (default 10)")
     p.add_argument("--max-minutes", type=float,

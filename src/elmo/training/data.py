@@ -1,12 +1,18 @@
 """Corpus reading and batching as bilm-tf does it (doc section 7, "Batching").
 
 A `SentenceSource` yields sentences in a seeded, shuffled order that can be resumed exactly from a
-small position record; it never holds more than one chunk of lines. `StreamBatcher` packs
-`<S> ... </S>` sentences into one stream per batch row, cut into windows of `unroll` tokens (the
-LSTM state carries across windows); `SentenceBatcher` gives each sentence its own row.
+small position record; it never holds more than one chunk of lines. Three batchers (`--batching`):
 
-Both directions read the same sentence in the same row: the backward stream is the forward one with
-each sentence reversed, so both have the same length and the two LMs see aligned windows. (bilm-tf
+- `SentenceBatcher` (`sentence`, the default): each sentence its own row, from zero LSTM state, as
+  the embedder runs a model. A model trained otherwise has never seen a sentence start from zero
+  state, and may fail there (docs/training.md, "Which batching").
+- `StreamBatcher` (`stream`, bilm-tf's): shuffled `<S> ... </S>` sentences packed into one stream
+  per row, cut into windows of `unroll` tokens, the LSTM state carried across windows.
+- `OrderedBatcher` (`ordered`, Kim et al.'s): the corpus in file order, cut into one contiguous
+  stretch per row, the state carried, for text whose order carries meaning (PTB, documents).
+
+In `stream` and `sentence`, both directions read the same sentence in the same row: the backward
+stream is the forward one with each sentence reversed, so the two LMs see aligned windows. (bilm-tf
 shuffles the two directions independently; the losses are separate, so this changes nothing but
 halves the reading and the character-CNN work.)
 """
@@ -24,7 +30,7 @@ from typing import IO
 import numpy as np
 import torch
 
-from ..chars import BOS_TOKEN, EOS_TOKEN, token_to_ids
+from ..chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS, token_to_ids
 from ..errors import InputError
 
 MAX_LINE_BYTES = 100_000  # far above any real sentence (wiki_corpus' longest is ~3 KB)
@@ -299,6 +305,9 @@ class StreamBatcher:
                 loaded[2] = row[1]
             self._rows.append(loaded)
 
+    def close(self) -> None:
+        self.source.close()
+
 
 class SentenceBatcher:
     """Each sentence its own row from zero state; rows sorted by descending length (the LSTM needs it)."""
@@ -326,6 +335,97 @@ class SentenceBatcher:
 
     def restore(self, state: dict) -> None:
         self.source.restore(state["source"])
+
+    def close(self) -> None:
+        self.source.close()
+
+
+class OrderedBatcher:
+    """Kim et al.'s batching: the corpus in order as `rows` contiguous streams, state carried.
+
+    The `<S> w1 .. wn </S>` sentences of the files, in order, make one stream of (input, target)
+    pairs; it is cut into `rows * world` stretches of equal length (Kim: `data:view(batch_size, -1)`;
+    the remainder is dropped) and each row reads its stretch in windows of `unroll`. The backward LM
+    reads the reversed corpus the same way, so its carried state comes from the text that follows.
+    An epoch is one pass over the stretches; the state is the epoch and the window, so resuming is
+    exact. The corpus is held in memory as integer arrays (4 int32 per token).
+    """
+
+    def __init__(self, files: list[str], vocab, rows: int, unroll: int, shard: tuple[int, int] = (0, 1), loop: bool = True):
+        self.rows, self.unroll, self.loop = rows, unroll, loop
+        types: dict[str, int] = {}
+        parts: list[list[np.ndarray]] = [[], [], [], []]  # fwd inputs, fwd targets, bwd inputs (unreversed), bwd targets
+        for path in files:
+            for _, words in read_sentences(path):
+                tokens = [BOS_TOKEN, *words, EOS_TOKEN]
+                kinds = np.array([types.setdefault(t, len(types)) for t in tokens], dtype=np.int32)
+                ids = np.array(vocab.encode(tokens), dtype=np.int32)
+                parts[0].append(kinds[:-1])
+                parts[1].append(ids[1:])
+                parts[2].append(kinds[1:])
+                parts[3].append(ids[:-1])
+        if not parts[0]:
+            raise InputError(f"{', '.join(files)}: no sentences (the corpus is empty or only blank lines)")
+        fwd_in, fwd_tgt, bwd_in, bwd_tgt = (np.concatenate(p) for p in parts)
+        rank, world = shard
+        self.length = len(fwd_in) // (rows * world)
+        if self.length == 0:
+            raise InputError(f"{', '.join(files)}: {len(fwd_in):,} tokens cannot fill {rows * world} ordered streams")
+        first = rank * rows * self.length
+
+        def stretches(a: np.ndarray) -> np.ndarray:
+            return a[first : first + rows * self.length].reshape(rows, self.length)
+
+        self.fwd_in, self.fwd_tgt = stretches(fwd_in), stretches(fwd_tgt)
+        self.bwd_in, self.bwd_tgt = stretches(bwd_in[::-1]), stretches(bwd_tgt[::-1])
+        self.char_table = np.array([token_to_ids(t) for t in types], dtype=np.int16).reshape(-1, MAX_CHARS)
+        self.epoch, self.window = 0, 0
+
+    @property
+    def windows_per_epoch(self) -> int:
+        return -(-self.length // self.unroll)
+
+    def next_batch(self) -> Batch | None:
+        if self.window >= self.windows_per_epoch:
+            if not self.loop:
+                return None
+            self.epoch, self.window = self.epoch + 1, 0
+        cut = slice(self.window * self.unroll, min(self.length, (self.window + 1) * self.unroll))
+        self.window += 1
+        fwd_in, bwd_in = self.fwd_in[:, cut], self.bwd_in[:, cut]
+        kinds, inverse = np.unique(np.stack([fwd_in, bwd_in]), return_inverse=True)
+        inputs = torch.from_numpy(inverse.reshape(2, *fwd_in.shape).astype(np.int64) + 1)  # 0 = no token
+        steps = fwd_in.shape[1]
+        lengths = torch.full((self.rows,), steps, dtype=torch.long)
+        mask = torch.ones(self.rows, steps, dtype=torch.bool)
+        targets = [torch.from_numpy(t[:, cut].astype(np.int64)) for t in (self.fwd_tgt, self.bwd_tgt)]
+        char_ids = torch.from_numpy(self.char_table[kinds].astype(np.int64))
+        return Batch(char_ids, inputs[0], inputs[1], targets[0], targets[1], mask, lengths)
+
+    def state(self) -> dict:
+        return {"epoch": self.epoch, "window": self.window}
+
+    def restore(self, state: dict) -> None:
+        self.epoch, self.window = state["epoch"], state["window"]
+
+    def close(self) -> None:
+        pass
+
+
+BATCHINGS = ("sentence", "stream", "ordered")
+
+
+def make_batcher(batching: str, files: list[str], vocab, rows: int, unroll: int, seed: int = 0,
+                 shard: tuple[int, int] = (0, 1), chunk_lines: int = CHUNK_LINES):
+    """The training batcher for `--batching`, reading `files` in a loop (one DDP rank's share)."""
+    if batching == "ordered":
+        return OrderedBatcher(files, vocab, rows, unroll, shard=shard)
+    source = SentenceSource(files, seed=seed, shuffle=True, loop=True, shard=shard, chunk_lines=chunk_lines)
+    if batching == "stream":
+        return StreamBatcher(source, vocab, rows, unroll)
+    if batching == "sentence":
+        return SentenceBatcher(source, vocab, rows)
+    raise InputError(f"--batching must be one of {', '.join(BATCHINGS)}, found {batching!r}")
 
 
 def count_targets(files: list[str]) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..models import OPTIONS_NAME, VOCAB_NAME, ModelFiles
 from ..options import BiLMConfig, read_options
-from .data import CHUNK_LINES, count_targets
+from .data import BATCHINGS, CHUNK_LINES, count_targets
 from .vocab import Vocab
 
 RUN_FILE, METRICS_FILE = "run.json", "metrics.jsonl"
@@ -28,7 +28,7 @@ OPTION_KEYS = {
 }
 LR_DEFAULTS = {"adagrad": 0.2, "adam": 0.001, "sgd": 1.0}
 # kept in run.json; `freeze`: glob patterns of parameter names that training leaves as they are
-RUN_KEYS = {"optimizer": "adagrad", "batching": "stream", "seed": 0, "first_layer_dropout": True, "freeze": []}
+RUN_KEYS = {"optimizer": "adagrad", "batching": "sentence", "seed": 0, "first_layer_dropout": True, "freeze": []}
 # How often to save and log (bilm-tf: every 1250 batches, 2 kept); a resumed run keeps its own unless told.
 CONTROL_DEFAULTS = {"checkpoint_every": 1250, "checkpoint_minutes": 30.0, "keep_checkpoints": 2, "log_every": 10}
 CAN_CHANGE_ON_RESUME = ("max_steps", "epochs", "lr")  # a new --lr applies from the resumed step on
@@ -84,7 +84,7 @@ def validate(options: dict, run: dict) -> None:
     check(isinstance(options["n_negative_samples_batch"], int) and options["n_negative_samples_batch"] > 0,
            f"--negatives must be a positive integer, found {options['n_negative_samples_batch']!r}")
     check(run["optimizer"] in LR_DEFAULTS, f"--optimizer must be one of {', '.join(LR_DEFAULTS)}, found {run['optimizer']!r}")
-    check(run["batching"] in ("stream", "sentence"), f"--batching must be stream or sentence, found {run['batching']!r}")
+    check(run["batching"] in BATCHINGS, f"--batching must be one of {', '.join(BATCHINGS)}, found {run['batching']!r}")
 
 
 def fresh_run(s: TrainSettings) -> tuple[dict, dict, Vocab]:

@@ -31,13 +31,7 @@ from .checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from .data import (
-    SentenceBatcher,
-    SentenceSource,
-    StreamBatcher,
-    expand_corpus,
-    head_counts,
-)
+from .data import expand_corpus, head_counts, make_batcher
 from .model import LanguageModel, detach_states
 from .settings import (
     CONTROL_DEFAULTS,
@@ -176,9 +170,9 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
     model.to(device)
     optimizer = _make_optimizer(model, options, run)
     rows, unroll = options["batch_size"], options["unroll_steps"]
-    source = SentenceSource(files, seed=run["seed"], shuffle=True, loop=True, shard=(rank, world), chunk_lines=run["chunk_lines"])
-    streaming = run["batching"] == "stream"
-    batcher = StreamBatcher(source, vocab, rows, unroll) if streaming else SentenceBatcher(source, vocab, rows)
+    batcher = make_batcher(run["batching"], files, vocab, rows, unroll, seed=run["seed"], shard=(rank, world),
+                           chunk_lines=run["chunk_lines"])
+    streaming = run["batching"] != "sentence"  # the LSTM state carries from window to window
     torch.manual_seed(run["seed"] * 1_000_003 + rank)  # dropout differs per rank
     step, tokens, states, elapsed_before = 0, 0, None, 0.0
     if checkpoint is not None:
@@ -223,7 +217,7 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
     summary: dict = {}
     with contextlib.ExitStack() as cleanup:
         log = cleanup.enter_context(open(out / METRICS_FILE, "a", encoding="utf-8")) if rank == 0 else None
-        cleanup.callback(source.close)
+        cleanup.callback(batcher.close)
         if bar is not None:
             cleanup.callback(bar.close)
         while step < max_steps:
