@@ -10,7 +10,6 @@ import torch
 
 from .allocator import keep_freed_memory
 from .bilm import BiLM
-from .chars import batch_to_ids
 from .models import ModelFiles, resolve_model
 from .weights import load_bilm
 
@@ -73,7 +72,7 @@ class Embedder:
         """One forward pass over `sentences` as one batch (row r = sentences[r])."""
         if not sentences:
             return []
-        ids = batch_to_ids(sentences).to(self.device)
+        ids = self.bilm.batch_to_ids(sentences).to(self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             out = self.bilm(ids)
         lengths = (out.mask.sum(1) - 2).tolist()
