@@ -59,11 +59,12 @@ class Elmo(nn.Module):
 
     @classmethod
     def from_pretrained(cls, name: str = "default", num_output_representations: int = 1, **kwargs) -> Elmo:
-        """An `Elmo` on a bundled model or a model directory (options.json + weights.hdf5)."""
-        from .models import resolve_model
+        """An `Elmo` on a bundled model or a model directory (options.json + weights.hdf5, or an
+        ELMoForManyLangs directory: then build its inputs with `elmo.batch_to_ids(sentences)`)."""
+        from .models import load_model
 
-        model = resolve_model(name)
-        return cls(model.options_file, model.weight_file, num_output_representations, **kwargs)
+        module = load_model(name, stateful=kwargs.pop("stateful", False))
+        return cls(None, None, num_output_representations, module=module, **kwargs)
 
     @property
     def bilm(self) -> BiLM:

@@ -10,7 +10,7 @@ import torch
 
 from .allocator import keep_freed_memory
 from .bilm import BiLM
-from .models import ModelFiles, resolve_model
+from .models import ModelFiles, load_model, resolve_model
 from .weights import load_bilm
 
 LAYER_CHOICES = ("all", "top", "average")
@@ -56,9 +56,11 @@ class Embedder:
 
     @classmethod
     def from_model(cls, model: str | os.PathLike | ModelFiles = "default", stateful: bool = False, **kwargs) -> Embedder:
-        """A bundled model by name ("default") or a model directory."""
-        files = model if isinstance(model, ModelFiles) else resolve_model(model)
-        return cls.from_files(files.options_file, files.weight_file, stateful=stateful, **kwargs)
+        """A bundled model by name ("default"), a model directory (options.json + weights.hdf5), or an
+        ELMoForManyLangs model directory (docs/manylangs.md)."""
+        if isinstance(model, ModelFiles):
+            return cls.from_files(model.options_file, model.weight_file, stateful=stateful, **kwargs)
+        return cls(load_model(model, stateful=stateful), **kwargs)
 
     @property
     def stateful(self) -> bool:

@@ -53,11 +53,16 @@ SHIPPED_CONFIGS = ("cnn_50_100_512_4096_sample.json", "cnn_0_100_512_4096_sample
 
 
 def is_manylangs_dir(path: str | os.PathLike) -> bool:
-    """A directory with their config.json and any of their other files (and no options.json)."""
+    """Their files, not the original format's: a .pkl of theirs, or config.json beside a .dic.
+
+    Loose on purpose, so that a directory missing one of their files is still recognised and the
+    loader can say which file is missing.
+    """
     d = Path(path)
-    if not (d / CONFIG_NAME).is_file() or (d / "options.json").exists():
+    if (d / "options.json").exists() or (d / "weights.hdf5").exists():
         return False
-    return any((d / name).is_file() for name in (ENCODER_PKL, TOKEN_EMBEDDER_PKL, CHAR_DIC, WORD_DIC))
+    has = {name for name in (CONFIG_NAME, ENCODER_PKL, TOKEN_EMBEDDER_PKL, CHAR_DIC, WORD_DIC) if (d / name).is_file()}
+    return bool(has & {ENCODER_PKL, TOKEN_EMBEDDER_PKL}) or (CONFIG_NAME in has and bool(has & {CHAR_DIC, WORD_DIC}))
 
 
 def _read_json(path: Path, what: str) -> Any:
