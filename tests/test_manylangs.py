@@ -121,7 +121,7 @@ def test_byte_level_batch_to_ids_does_not_fit_a_manylangs_model():
     from elmo import batch_to_ids
 
     bilm = load_model(ROOT / "char_only")
-    with pytest.raises(ValueError, match="bilm.batch_to_ids"):
+    with pytest.raises(ValueError, match=r"bilm\.batch_to_ids"):
         bilm(batch_to_ids([["a", "b"]]))
 
 
