@@ -242,3 +242,16 @@ def test_original_format_loaders_point_to_the_manylangs_ones():
 
     with pytest.raises(ModelFileError, match="an ELMoForManyLangs model directory, which loads with"):
         resolve_model(ROOT / "word_char")
+
+
+def test_sents2elmo_output_layers(one_thread):
+    emb = Embedder.from_model(ROOT / "char_only")
+    want = expected("char_only")
+    batch = SENTENCES[:3]
+    for layer in (-1, -2, 0, 2):
+        for i, got in enumerate(emb.sents2elmo(batch, output_layer=layer)):
+            full = want[f"stateless_{i}"]
+            ref = full.mean(axis=0) if layer == -1 else full if layer == -2 else full[layer]
+            assert max_diff(got, ref) < ATOL
+    with pytest.raises(ValueError, match="output_layer"):
+        emb.sents2elmo(batch, output_layer=3)
