@@ -255,3 +255,20 @@ def test_sents2elmo_output_layers(one_thread):
             assert max_diff(got, ref) < ATOL
     with pytest.raises(ValueError, match="output_layer"):
         emb.sents2elmo(batch, output_layer=3)
+
+
+def test_full_size_model_if_given(one_thread):
+    """The released shape (4096 cells, 512 projection, 2048 filters, 100-d words), random, made by
+    `make_fixtures.py --full-size DIR` (370 MB, not committed); its config.json names their shipped
+    configs/cnn_50_100_512_4096_sample.json, which is not in DIR, as the released models' does."""
+    import os
+
+    directory = os.environ.get("ELMO_MANYLANGS_FULL")
+    if not directory:
+        pytest.skip("set ELMO_MANYLANGS_FULL to a directory made by make_fixtures.py --full-size")
+    want = {k: v for k, v in np.load(Path(directory) / "expected.npz").items()}
+    emb = Embedder.from_model(directory)
+    got = list(emb.embed_sentences(SENTENCES, layers="all", batch_size=4))
+    diffs = [max_diff(arr, want[f"stateless_{i}"]) for i, arr in enumerate(got)]
+    assert got[0].shape == (3, len(SENTENCES[0]), 1024)
+    assert max(diffs) < ATOL, diffs
