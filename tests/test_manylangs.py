@@ -272,3 +272,25 @@ def test_full_size_model_if_given(one_thread):
     diffs = [max_diff(arr, want[f"stateless_{i}"]) for i, arr in enumerate(got)]
     assert got[0].shape == (3, len(SENTENCES[0]), 1024)
     assert max(diffs) < ATOL, diffs
+
+
+@pytest.mark.parametrize("model", ["word_char", "word_only"])
+def test_chunked_token_encoding_and_vocab_cache(model, one_thread):
+    """Over 256 distinct tokens the encoder runs in length-sorted chunks; Elmo's vocab cache uses it."""
+    bilm = load_model(ROOT / model)
+    rng = np.random.default_rng(0)
+    alphabet = list("abcdeinrstu我爱北京مرحبΩé")
+    words = ["@@PADDING@@"] + ["".join(rng.choice(alphabet, size=rng.integers(1, 60))) for _ in range(400)]
+    ids = bilm.batch_to_ids([[w] for w in words])[:, 0]
+    with torch.no_grad():
+        chunked, whole = bilm.char_encoder(ids, chunk=256), bilm.char_encoder(ids, chunk=10_000)
+    torch.testing.assert_close(chunked, whole, atol=1e-6, rtol=0)
+    elmo = Elmo(None, None, 1, dropout=0.0, vocab_to_cache=words, module=bilm)
+    index = {w: i for i, w in enumerate(words)}
+    batch = [words[1:6], words[7:9]]
+    word_ids = torch.zeros(2, 5, dtype=torch.long)
+    for r, s in enumerate(batch):
+        word_ids[r, : len(s)] = torch.tensor([index[w] for w in s])
+    with torch.no_grad():
+        cached, direct = elmo(elmo.batch_to_ids(batch), word_ids), elmo(elmo.batch_to_ids(batch))
+    torch.testing.assert_close(cached["elmo_representations"][0], direct["elmo_representations"][0], atol=1e-6, rtol=0)
