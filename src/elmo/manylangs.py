@@ -112,7 +112,7 @@ def read_dic(path: Path) -> dict[str, int]:
         fields = line.strip().split("\t")
         if len(fields) == 1:
             fields.insert(0, "\u3000")
-        if len(fields) != 2 or not fields[1].isdigit():
+        if len(fields) != 2 or not fields[1].isdecimal():
             raise ModelFileError(f"{path}, line {number}: expected 'token<TAB>id' with a non-negative integer id, "
                                  f"found {line!r}")
         lexicon[fields[0]] = int(fields[1])
