@@ -9,9 +9,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import ModelFileError
 from .manylangs import is_manylangs_dir
+
+if TYPE_CHECKING:
+    from .bilm import BiLM
 
 BUNDLED_DIR = Path(__file__).parent / "bundled"
 OPTIONS_NAME, WEIGHTS_NAME, VOCAB_NAME, SOFTMAX_NAME = "options.json", "weights.hdf5", "vocab.txt", "softmax.hdf5"
@@ -62,7 +66,7 @@ def resolve_model(name_or_dir: str | os.PathLike) -> ModelFiles:
     )
 
 
-def load_model(name_or_dir: str | os.PathLike, stateful: bool = False):
+def load_model(name_or_dir: str | os.PathLike, stateful: bool = False) -> BiLM:
     """Any model this package reads, as a BiLM: a bundled model's name, a directory in the original
     format, or an ELMoForManyLangs directory (detected by its files; src/elmo/manylangs.py)."""
     from .manylangs import load_manylangs
