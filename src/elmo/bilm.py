@@ -8,13 +8,15 @@ saved model reloads bit for bit. Doc sections 4.1-4.8 give the math this file fo
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .chars import BOS_IDS, EOS_IDS, N_CODES, PAD_CHAR
+from .chars import BOS_IDS, EOS_IDS, N_CODES, PAD_CHAR, batch_to_ids
 from .options import BiLMConfig
 
 LstmState = tuple[torch.Tensor, torch.Tensor]  # (c, h), each (rows, width)
@@ -67,13 +69,27 @@ def _onednn_packed(w_h_rows: torch.Tensor, rows: int, x: torch.Tensor, state: Ls
 
 
 class CharEncoder(nn.Module):
-    """Token ids (N, 50) -> context-free token vectors (N, projection_dim): doc sections 4.1-4.4."""
+    """Token ids (N, 50) -> context-free token vectors (N, projection_dim): doc sections 4.1-4.4.
+
+    With `config.token_input` (ELMoForManyLangs) a token's ids are [word id;] character ids from
+    the model's own lexicons, each +1 so that 0 still means "no token": the word embedding is
+    concatenated before the highway output and both go through the projection, as their
+    `ConvTokenEmbedder` does. The char CNN and highway are the same code for both kinds.
+    """
 
     def __init__(self, config: BiLMConfig, char_rows: int = N_CODES):
         super().__init__()
         self.config = config
         d = config.char_dim
+        ti = config.token_input
+        if ti is not None:
+            char_rows = ti.char_rows
+        self.pad_id = (ti.char_pad if ti is not None else PAD_CHAR) + 1  # a token's padding slots, as stored ids
         self.char_embed = nn.Parameter(torch.empty(char_rows, d))
+        if config.word_dim:
+            self.word_embed = nn.Parameter(torch.empty(ti.word_rows, ti.word_dim))
+        else:
+            self.register_parameter("word_embed", None)
         self.conv_weights = nn.ParameterList(nn.Parameter(torch.empty(w, d, n)) for w, n in config.filters)
         self.conv_biases = nn.ParameterList(nn.Parameter(torch.empty(n)) for _, n in config.filters)
         nf = config.n_filters
@@ -82,19 +98,26 @@ class CharEncoder(nn.Module):
         self.highway_transform_w = nn.ParameterList(nn.Parameter(torch.empty(nf, nf)) for _ in range(config.n_highway))
         self.highway_transform_b = nn.ParameterList(nn.Parameter(torch.empty(nf)) for _ in range(config.n_highway))
         if config.has_cnn_projection:
-            self.proj_w = nn.Parameter(torch.empty(nf, config.projection_dim))
+            self.proj_w = nn.Parameter(torch.empty(config.token_features, config.projection_dim))
             self.proj_b = nn.Parameter(torch.empty(config.projection_dim))
         else:
             self.register_parameter("proj_w", None)
             self.register_parameter("proj_b", None)
         self.reset_parameters()
 
+    @property
+    def _stored_zero_row(self) -> bool:
+        """Byte-level tables of 262 rows keep the zero row of id 0 in the file; all others get it prepended."""
+        return self.config.token_input is None and self.char_embed.shape[0] == N_CODES + 1
+
     @torch.no_grad()
     def reset_parameters(self) -> None:
         """Fresh weights as bilm-tf initialises them (carry bias -2 favours passing the input through)."""
         nn.init.uniform_(self.char_embed, -1.0, 1.0)
-        if self.char_embed.shape[0] == N_CODES + 1:
+        if self._stored_zero_row:
             self.char_embed[0].zero_()
+        if self.word_embed is not None:
+            nn.init.normal_(self.word_embed)
         for w, b in zip(self.conv_weights, self.conv_biases):
             nn.init.uniform_(w, -0.05, 0.05)
             b.zero_()
@@ -105,14 +128,20 @@ class CharEncoder(nn.Module):
             self.highway_carry_b[k].fill_(-2.0)
             self.highway_transform_b[k].zero_()
         if self.proj_w is not None:
-            nn.init.normal_(self.proj_w, std=(1.0 / nf) ** 0.5)
+            nn.init.normal_(self.proj_w, std=(1.0 / self.proj_w.shape[0]) ** 0.5)
             self.proj_b.zero_()
 
     def embedding_table(self) -> torch.Tensor:
         """The inference table indexed by id: a zero row for id 0, then one row per code."""
-        if self.char_embed.shape[0] == N_CODES:
-            return torch.cat([self.char_embed.new_zeros(1, self.char_embed.shape[1]), self.char_embed])
-        return self.char_embed
+        if self._stored_zero_row:
+            return self.char_embed
+        return torch.cat([self.char_embed.new_zeros(1, self.char_embed.shape[1]), self.char_embed])
+
+    def split_ids(self, ids: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """ids (N, ids_width) -> (word ids (N,) or None, character ids (N, max_chars) or None), still +1."""
+        if self.word_embed is None:
+            return None, ids
+        return ids[:, 0], (ids[:, 1:] if self.config.reads_chars else None)
 
     def filter_maxima(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Each filter's maximum over positions (before the activation) and where it was: (N, n_filters) each.
@@ -124,10 +153,10 @@ class CharEncoder(nn.Module):
         """
         table = self.embedding_table()
         n, length = ids.shape
-        extents = padding_start(ids)
+        extents = padding_start(ids, self.pad_id)
         extent = int(extents.max()) if n else 0
         x = F.embedding(ids, table)  # (N, 50, d)
-        pad_row = table[PAD_CHAR + 1]
+        pad_row = table[self.pad_id]
         values, positions = [], []
         for w, b in zip(self.conv_weights, self.conv_biases):
             # "VALID" convolution as one GEMM over the windows (im2col), then max over positions.
@@ -157,24 +186,31 @@ class CharEncoder(nn.Module):
         return torch.addmm(self.proj_b, h, self.proj_w) if self.proj_w is not None else h
 
     def forward(self, ids: torch.Tensor, chunk: int = 256) -> torch.Tensor:
-        """ids (N, 50) -> (N, projection_dim). Runs in chunks of tokens of similar length, which bounds
-        memory and lets short tokens skip their padding (see `filter_maxima`)."""
+        """ids (N, ids_width) -> (N, projection_dim). Runs in chunks of tokens of similar length, which
+        bounds memory and lets short tokens skip their padding (see `filter_maxima`)."""
         if ids.shape[0] <= chunk:
             return self._encode(ids)
-        order = torch.argsort(padding_start(ids), stable=True)
+        chars = self.split_ids(ids)[1]
+        order = torch.argsort(padding_start(ids if chars is None else chars, self.pad_id), stable=True)
         parts = torch.cat([self._encode(ids[rows]) for rows in order.split(chunk)])
         return parts[torch.argsort(order)]
 
     def _encode(self, ids: torch.Tensor) -> torch.Tensor:
-        h = self.activation(self.filter_maxima(ids)[0])
-        for k in range(self.config.n_highway):
-            h, _ = self.highway(k, h)
-        return self.project(h)
+        words, chars = self.split_ids(ids)
+        features = []
+        if words is not None:  # ids 0 (no token) look up row 0; their vectors are masked out later
+            features.append(F.embedding((words - 1).clamp(min=0), self.word_embed))
+        if chars is not None:
+            h = self.activation(self.filter_maxima(chars)[0])
+            for k in range(self.config.n_highway):
+                h, _ = self.highway(k, h)
+            features.append(h)
+        return self.project(features[0] if len(features) == 1 else torch.cat(features, dim=1))
 
 
-def padding_start(ids: torch.Tensor) -> torch.Tensor:
+def padding_start(ids: torch.Tensor, pad_id: int = PAD_CHAR + 1) -> torch.Tensor:
     """Per token (row of ids), where its trailing run of padding characters starts (50 if none)."""
-    is_code = ids != PAD_CHAR + 1
+    is_code = ids != pad_id
     positions = torch.arange(1, ids.shape[1] + 1, device=ids.device)
     return (is_code * positions).amax(dim=1) if ids.shape[1] else ids.new_zeros(ids.shape[0])
 
@@ -342,7 +378,9 @@ class TokenCache:
         if stamp != self._stamp:
             self._rows.clear()
             self._stamp = stamp
-        keys = [row.tobytes() for row in ids.to("cpu", torch.int16).numpy()]
+        # int16 keys for byte codes; lexicon ids (ELMoForManyLangs words) may need int32
+        key_type = torch.int16 if ids.numel() == 0 or int(ids.max()) < 1 << 15 else torch.int32
+        keys = [row.tobytes() for row in ids.to("cpu", key_type).numpy()]
         missing = [i for i, key in enumerate(keys) if key not in self._rows]
         if missing:
             for i, vector in zip(missing, encoder(ids[missing])):
@@ -393,16 +431,32 @@ def _reverse_index(lengths: torch.Tensor, steps: int) -> torch.Tensor:
     return torch.where(rev >= 0, rev, t)
 
 
+class Lexicon(Protocol):
+    """Turns tokens into a model's own ids when they are not UTF-8 bytes (ELMoForManyLangs' char.dic/word.dic)."""
+
+    def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> torch.Tensor:
+        """(B, T, ids_width) int64, right-padded with zero rows, no sentence markers."""
+
+    def boundary_ids(self) -> torch.Tensor:
+        """(2, ids_width): the ids of the begin- and end-of-sentence tokens."""
+
+    def fingerprint(self) -> bytes:
+        """The lexicon's content, for model fingerprints (the same weights with another lexicon differ)."""
+
+
 class BiLM(nn.Module):
     """The bidirectional LM: shared char encoder, a forward and a backward LSTM stack.
 
     Stateless by default (every call starts from zero state). With `stateful=True`, each batch row
-    keeps its final state for the next call, as the original tools do (doc 4.8).
+    keeps its final state for the next call, as the original tools do (doc 4.8). `lexicon` maps
+    tokens to ids for models whose inputs are not UTF-8 bytes (src/elmo/manylangs.py).
     """
 
-    def __init__(self, config: BiLMConfig, char_rows: int = N_CODES, stateful: bool = False):
+    def __init__(self, config: BiLMConfig, char_rows: int = N_CODES, stateful: bool = False,
+                 lexicon: Lexicon | None = None):
         super().__init__()
         self.config = config
+        self.lexicon = lexicon
         self.char_encoder = CharEncoder(config, char_rows)
         self.forward_lstm = LstmStack(config)
         self.backward_lstm = LstmStack(config)
@@ -432,20 +486,28 @@ class BiLM(nn.Module):
             out[mask] = vectors[inverse].to(out.dtype)
         return out
 
+    def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> torch.Tensor:
+        """This model's input ids for tokenized sentences: `elmo.batch_to_ids`, or its lexicon's."""
+        return batch_to_ids(sentences) if self.lexicon is None else self.lexicon.batch_to_ids(sentences)
+
     def boundary_vectors(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Token vectors of <S> and </S>."""
-        ids = torch.stack([BOS_IDS, EOS_IDS]).to(self.char_encoder.char_embed.device)
+        """Token vectors of <S> and </S> (ELMoForManyLangs: <bos> and <eos>)."""
+        ids = torch.stack([BOS_IDS, EOS_IDS]) if self.lexicon is None else self.lexicon.boundary_ids()
+        ids = ids.to(self.char_encoder.char_embed.device)
         bos, eos = self.char_encoder(ids)
         return bos, eos
 
     def forward(self, char_ids: torch.Tensor | None = None, token_vectors: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None) -> BiLMOutput:
         """Run the biLM on char ids (B, T, 50) without markers (zero rows = padding), or on
-        precomputed token vectors (B, T, P) with their mask. Markers are added here."""
+        precomputed token vectors (B, T, P) with their mask. Markers are added here. Models with a
+        lexicon take its ids (`batch_to_ids`), (B, T, ids_width)."""
         if token_vectors is None:
-            if char_ids is None or char_ids.dim() != 3 or char_ids.shape[-1] != self.config.max_chars:
+            width = self.config.ids_width
+            if char_ids is None or char_ids.dim() != 3 or char_ids.shape[-1] != width:
                 shape = None if char_ids is None else tuple(char_ids.shape)
-                raise ValueError(f"expected character ids of shape (batch, tokens, {self.config.max_chars}), found {shape}")
+                what = "character ids" if self.lexicon is None else "token ids (from bilm.batch_to_ids)"
+                raise ValueError(f"expected {what} of shape (batch, tokens, {width}), found {shape}")
             mask = (char_ids > 0).any(-1)
             token_vectors = self.token_vectors(char_ids, mask)
         elif mask is None:

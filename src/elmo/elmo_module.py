@@ -9,7 +9,6 @@ import torch
 from torch import nn
 
 from .bilm import BiLM, remove_sentence_boundaries
-from .chars import batch_to_ids
 from .scalar_mix import ScalarMix
 from .weights import load_bilm
 
@@ -60,11 +59,12 @@ class Elmo(nn.Module):
 
     @classmethod
     def from_pretrained(cls, name: str = "default", num_output_representations: int = 1, **kwargs) -> Elmo:
-        """An `Elmo` on a bundled model or a model directory (options.json + weights.hdf5)."""
-        from .models import resolve_model
+        """An `Elmo` on a bundled model or a model directory (options.json + weights.hdf5, or an
+        ELMoForManyLangs directory: then build its inputs with `elmo.batch_to_ids(sentences)`)."""
+        from .models import load_model
 
-        model = resolve_model(name)
-        return cls(model.options_file, model.weight_file, num_output_representations, **kwargs)
+        module = load_model(name, stateful=kwargs.pop("stateful", False))
+        return cls(None, None, num_output_representations, module=module, **kwargs)
 
     @property
     def bilm(self) -> BiLM:
@@ -74,6 +74,11 @@ class Elmo(nn.Module):
     def scalar_mixes(self) -> nn.ModuleList:
         return self._scalar_mixes
 
+    def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> torch.Tensor:
+        """Input ids for this model: `elmo.batch_to_ids` for the original models, the model's own
+        lexicon for ELMoForManyLangs ones (whose ids `elmo.batch_to_ids` does not make)."""
+        return self._elmo_lstm.batch_to_ids(sentences)
+
     def get_output_dim(self) -> int:
         return self._elmo_lstm.output_dim()
 
@@ -82,7 +87,7 @@ class Elmo(nn.Module):
 
     @torch.no_grad()
     def _compute_word_cache(self, words: list[str], chunk: int = 1024) -> torch.Tensor:
-        ids = batch_to_ids([[w] for w in words])[:, 0]
+        ids = self._elmo_lstm.batch_to_ids([[w] for w in words])[:, 0]
         vectors = self._elmo_lstm.char_encoder(ids, chunk=chunk) if len(words) else ids.new_zeros(0, 0).float()
         if len(words):
             vectors[0] = 0.0  # index 0 is padding, as in an AllenNLP vocabulary

@@ -10,8 +10,7 @@ import torch
 
 from .allocator import keep_freed_memory
 from .bilm import BiLM
-from .chars import batch_to_ids
-from .models import ModelFiles, resolve_model
+from .models import ModelFiles, load_model, resolve_model
 from .weights import load_bilm
 
 LAYER_CHOICES = ("all", "top", "average")
@@ -57,9 +56,11 @@ class Embedder:
 
     @classmethod
     def from_model(cls, model: str | os.PathLike | ModelFiles = "default", stateful: bool = False, **kwargs) -> Embedder:
-        """A bundled model by name ("default") or a model directory."""
-        files = model if isinstance(model, ModelFiles) else resolve_model(model)
-        return cls.from_files(files.options_file, files.weight_file, stateful=stateful, **kwargs)
+        """A bundled model by name ("default"), a model directory (options.json + weights.hdf5), or an
+        ELMoForManyLangs model directory (docs/manylangs.md)."""
+        if isinstance(model, ModelFiles):
+            return cls.from_files(model.options_file, model.weight_file, stateful=stateful, **kwargs)
+        return cls(load_model(model, stateful=stateful), **kwargs)
 
     @property
     def stateful(self) -> bool:
@@ -73,7 +74,7 @@ class Embedder:
         """One forward pass over `sentences` as one batch (row r = sentences[r])."""
         if not sentences:
             return []
-        ids = batch_to_ids(sentences).to(self.device)
+        ids = self.bilm.batch_to_ids(sentences).to(self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             out = self.bilm(ids)
         lengths = (out.mask.sum(1) - 2).tolist()
@@ -110,6 +111,15 @@ class Embedder:
             for i, arr in zip(rows, self.embed_batch([sentences[i] for i in rows])):
                 results[i] = select_layers(arr, layers)
         yield from results
+
+    def sents2elmo(self, sentences: Sequence[Sequence[str]], output_layer: int = -1) -> list[np.ndarray]:
+        """ELMoForManyLangs' `Embedder.sents2elmo`, in input order: -1 the mean of the layers (n, D),
+        -2 all layers (L+1, n, D), k layer k (n, D). Stateless unless this embedder is stateful."""
+        if output_layer not in (-1, -2) and not 0 <= output_layer < self.bilm.num_layers:
+            raise ValueError(f"output_layer must be -1 (mean), -2 (all) or a layer 0..{self.bilm.num_layers - 1}, "
+                             f"found {output_layer}")
+        arrays = self.embed_sentences(sentences, layers="average" if output_layer == -1 else "all")
+        return [arr if output_layer < 0 else arr[output_layer] for arr in arrays]
 
     def embed_sentence(self, sentence: Sequence[str], layers: str = "all") -> np.ndarray:
         return select_layers(self.embed_batch([sentence])[0], layers)

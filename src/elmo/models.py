@@ -1,12 +1,21 @@
-"""Where model files live: a model directory, or a model bundled with the package, by name."""
+"""Where model files live: a model directory, or a model bundled with the package, by name.
+
+A directory is either the original format (options.json + weights.hdf5) or an ELMoForManyLangs
+model (config.json, char.dic / word.dic, token_embedder.pkl, encoder.pkl), told apart by its files.
+"""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import ModelFileError
+from .manylangs import is_manylangs_dir
+
+if TYPE_CHECKING:
+    from .bilm import BiLM
 
 BUNDLED_DIR = Path(__file__).parent / "bundled"
 OPTIONS_NAME, WEIGHTS_NAME, VOCAB_NAME, SOFTMAX_NAME = "options.json", "weights.hdf5", "vocab.txt", "softmax.hdf5"
@@ -26,6 +35,10 @@ class ModelFiles:
         d = Path(directory)
         if not d.is_dir():
             raise ModelFileError(f"{d}: not a model directory")
+        if is_manylangs_dir(d):
+            raise ModelFileError(f"{d}: an ELMoForManyLangs model directory, which loads with Embedder.from_model, "
+                                 f"Elmo.from_pretrained, elmo.load_model or `elmo embed --model`; this needs a model "
+                                 f"in the original format ({OPTIONS_NAME} + {WEIGHTS_NAME})")
         for name in (OPTIONS_NAME, WEIGHTS_NAME):
             if not (d / name).is_file():
                 raise ModelFileError(f"{d}: a model directory needs {OPTIONS_NAME} and {WEIGHTS_NAME}; {name} is missing")
@@ -51,3 +64,15 @@ def resolve_model(name_or_dir: str | os.PathLike) -> ModelFiles:
         f"{text}: neither a model directory nor a bundled model "
         f"(bundled: {', '.join(available) if available else 'none in this installation'})"
     )
+
+
+def load_model(name_or_dir: str | os.PathLike, stateful: bool = False) -> BiLM:
+    """Any model this package reads, as a BiLM: a bundled model's name, a directory in the original
+    format, or an ELMoForManyLangs directory (detected by its files; src/elmo/manylangs.py)."""
+    from .manylangs import load_manylangs
+    from .weights import load_bilm
+
+    if os.path.isdir(name_or_dir) and is_manylangs_dir(name_or_dir):
+        return load_manylangs(name_or_dir, stateful=stateful)
+    files = resolve_model(name_or_dir)
+    return load_bilm(files.options_file, files.weight_file, stateful=stateful)

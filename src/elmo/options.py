@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .chars import MAX_CHARS
@@ -14,8 +14,29 @@ from .fileio import atomic_path
 
 
 @dataclass(frozen=True)
+class TokenInput:
+    """Token inputs other than bilm-tf's UTF-8 bytes: ELMoForManyLangs models (src/elmo/manylangs.py).
+
+    Their tokens are ids in their own character lexicon (`char.dic`) and, beside the char CNN, a
+    word embedding looked up in their word lexicon (`word.dic`); either may be absent (0 rows).
+    Their `nn.Linear` projections exist even where the widths agree, so `projections` forces both
+    the token projection and the LSTM cell projection.
+    """
+
+    char_rows: int  # characters in the lexicon; 0: the model reads no characters
+    char_pad: int  # lexicon id of <pad>, which fills a token's unused character slots
+    word_rows: int  # words in the lexicon; 0: no word embedding
+    word_dim: int
+    projections: bool = True
+
+
+@dataclass(frozen=True)
 class BiLMConfig:
-    """The architecture an options.json describes. `raw` keeps every key, training ones included."""
+    """The architecture an options.json describes. `raw` keeps every key, training ones included.
+
+    `token_input` is None for the original byte-level models; it is left out of repr() so that the
+    fingerprints of those models (caches, part files) do not change with it.
+    """
 
     char_dim: int
     filters: tuple[tuple[int, int], ...]
@@ -29,18 +50,39 @@ class BiLMConfig:
     proj_clip: float | None
     use_skip_connections: bool
     raw: dict
+    token_input: TokenInput | None = field(default=None, repr=False)
 
     @property
     def n_filters(self) -> int:
         return sum(n for _, n in self.filters)
 
     @property
+    def word_dim(self) -> int:
+        return self.token_input.word_dim if self.token_input is not None else 0
+
+    @property
+    def reads_chars(self) -> bool:
+        return self.token_input is None or self.token_input.char_rows > 0
+
+    @property
+    def token_features(self) -> int:
+        """Width of the token encoder's output before its projection: [word embedding; char features]."""
+        return self.word_dim + (self.n_filters if self.reads_chars else 0)
+
+    @property
+    def ids_width(self) -> int:
+        """Ids per token: the character slots, after one word-id column when the model has words."""
+        return (1 if self.word_dim else 0) + (self.max_chars if self.reads_chars else 0)
+
+    @property
     def has_cnn_projection(self) -> bool:
-        return self.n_filters != self.projection_dim
+        forced = self.token_input is not None and self.token_input.projections
+        return forced or self.token_features != self.projection_dim
 
     @property
     def has_lstm_projection(self) -> bool:
-        return self.projection_dim != self.dim
+        forced = self.token_input is not None and self.token_input.projections
+        return forced or self.projection_dim != self.dim
 
     @property
     def output_dim(self) -> int:

@@ -115,6 +115,9 @@ def load_bilm(options_file: str | os.PathLike | BiLMConfig, weight_file: str | o
 
 def save_weights(bilm: BiLM, weight_file: str | os.PathLike) -> None:
     """Write weights.hdf5 in the original layout: float32, contiguous, no attributes, no softmax."""
+    if bilm.config.token_input is not None:
+        raise ModelFileError(f"{os.fspath(weight_file)}: this model reads its own character/word lexicons "
+                             "(ELMoForManyLangs), which options.json + weights.hdf5 cannot describe; not written")
     with atomic_path(weight_file) as tmp, h5py.File(tmp, "w") as f:
         for name, (param, shape) in dataset_map(bilm).items():
             f.create_dataset(name, data=param.detach().to("cpu", torch.float32).numpy().reshape(shape))
@@ -130,6 +133,9 @@ def model_fingerprint(bilm: BiLM) -> str:
     """sha256 of the architecture and every weight: the same model gives the same hash wherever it was
     loaded from, so caches and part files can tell whether they were made by this model."""
     h = hashlib.sha256(repr(bilm.config).encode())
+    if bilm.config.token_input is not None:  # only for lexicon models: the original models' hashes stay as they were
+        h.update(repr(bilm.config.token_input).encode())
+        h.update(bilm.lexicon.fingerprint())
     for name, tensor in sorted(bilm.state_dict().items()):
         array = tensor.detach().cpu().contiguous().numpy()
         h.update(f"{name}:{array.dtype}:{array.shape}".encode())

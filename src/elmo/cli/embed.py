@@ -11,7 +11,6 @@ from ..embed_file import COMPRESSIONS, DTYPES, POOLS, OutputSpec, check_output, 
 from ..embed_parallel import Ranks, embed_corpus
 from ..embedder import Embedder
 from ..errors import InputError
-from ..models import resolve_model
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "rank 0 joins the parts; `--resume` continues a run that was killed.")
     p.add_argument("input", help="UTF-8 text, one whitespace-tokenized sentence per line (.gz is read too)")
     p.add_argument("output", help="HDF5 file to write (written to a temporary name, renamed at the end)")
-    p.add_argument("--model", default=None, help="bundled model name or model directory (default: the bundled model)")
+    p.add_argument("--model", default=None,
+                   help="bundled model name or model directory: options.json + weights.hdf5, or an ELMoForManyLangs "
+                   "model (config.json, char.dic/word.dic, *.pkl) (default: the bundled model)")
     p.add_argument("--options", help="options.json (with --weights, instead of --model)")
     p.add_argument("--weights", help="weights.hdf5 (with --options)")
     fmt = p.add_mutually_exclusive_group()
@@ -66,7 +67,7 @@ def load_embedder(args: argparse.Namespace) -> Embedder:
     if args.options:
         return Embedder.from_files(args.options, args.weights, stateful=args.stateful, device=args.device,
                                    batch_size=args.batch_size, bf16=args.bf16)
-    return Embedder.from_model(resolve_model(args.model or "default"), stateful=args.stateful, device=args.device,
+    return Embedder.from_model(args.model or "default", stateful=args.stateful, device=args.device,
                                batch_size=args.batch_size, bf16=args.bf16)
 
 
