@@ -214,6 +214,31 @@ def test_a_given_bilm_module_replaces_the_files(files):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
 
 
+class DictBiLM(nn.Module):
+    """A module with AllenNLP's contract for `Elmo(module=...)`: a dict of activations and mask."""
+
+    def __init__(self, bilm):
+        super().__init__()
+        self.bilm, self.num_layers = bilm, bilm.num_layers
+
+    def forward(self, inputs, word_inputs=None):
+        out = self.bilm(inputs)
+        return {"activations": out.layers, "mask": out.mask}
+
+    def get_output_dim(self):
+        return self.bilm.output_dim()
+
+
+def test_a_module_with_allennlps_contract_works_too(files):
+    ids = batch_to_ids(TWO)
+    elmo = Elmo(None, None, 2, dropout=0.0, module=DictBiLM(load_bilm(*files)))
+    given = elmo(ids)
+    loaded = Elmo(*files, 2, dropout=0.0)(ids)
+    assert elmo.get_output_dim() == 32
+    for a, b in zip(given["elmo_representations"], loaded["elmo_representations"]):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
 @pytest.mark.parametrize("requires_grad", [True, False])
 def test_random_char_ids_reach_the_bilm_weights_only_when_asked(files, requires_grad):
     ids = torch.from_numpy(np.random.default_rng(0).integers(0, 262, (3, 4, 50)))

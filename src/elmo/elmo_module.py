@@ -26,6 +26,9 @@ class Elmo(nn.Module):
     task model's checkpoint moves between the two packages; see `allennlp_state`. State_dicts saved
     by earlier versions of this class, in the biLM's own layout, still load. Because most entries
     are converted copies, `state_dict(keep_vars=True)` returns tensors, not the Parameters, for them.
+
+    `module=` takes a `BiLM` or, as in AllenNLP, any module with `num_layers` whose
+    forward(inputs, word_inputs) returns {'activations': [...], 'mask': ...}.
     """
 
     def __init__(
@@ -39,7 +42,7 @@ class Elmo(nn.Module):
         vocab_to_cache: Sequence[str] | None = None,
         keep_sentence_boundaries: bool = False,
         scalar_mix_parameters: Sequence[float] | None = None,
-        module: BiLM | None = None,
+        module: nn.Module | None = None,
         stateful: bool = False,
     ):
         super().__init__()
@@ -84,10 +87,13 @@ class Elmo(nn.Module):
         return list(self._scalar_mixes)
 
     def get_output_dim(self) -> int:
-        return self._elmo_lstm.output_dim()
+        if isinstance(self._elmo_lstm, BiLM):
+            return self._elmo_lstm.output_dim()
+        return self._elmo_lstm.get_output_dim()  # AllenNLP's contract for a given module
 
     def reset_states(self) -> None:
-        self._elmo_lstm.reset_states()
+        if hasattr(self._elmo_lstm, "reset_states"):
+            self._elmo_lstm.reset_states()
 
     @torch.no_grad()
     def _compute_word_cache(self, words: list[str], chunk: int = 1024) -> torch.Tensor:
@@ -133,6 +139,19 @@ class Elmo(nn.Module):
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
 
+    def _run_bilm(self, inputs: torch.Tensor, word_inputs: torch.Tensor | None) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """All layers with the markers, and their mask. A `module=` other than a `BiLM` is called as
+        AllenNLP calls one, module(inputs, word_inputs), and returns {'activations', 'mask'}."""
+        if not isinstance(self._elmo_lstm, BiLM):
+            out = self._elmo_lstm(inputs, word_inputs)
+            return (out["activations"], out["mask"]) if isinstance(out, dict) else (out.layers, out.mask)
+        if word_inputs is not None and self._word_cache is not None:
+            mask = word_inputs > 0
+            out = self._elmo_lstm(token_vectors=self._cached_token_vectors(inputs, word_inputs, mask), mask=mask)
+        else:
+            out = self._elmo_lstm(inputs)
+        return out.layers, out.mask
+
     def forward(self, inputs: torch.Tensor, word_inputs: torch.Tensor | None = None) -> dict:
         """inputs: char ids (B, T, 50) or (B, N, T, 50); word_inputs: (B, T) indices into
         `vocab_to_cache`. Returns {'elmo_representations': [(B, T, 2P)...], 'mask': (B, T)}."""
@@ -141,21 +160,17 @@ class Elmo(nn.Module):
             inputs = inputs.reshape(-1, *original_shape[-2:])
         if word_inputs is not None and word_inputs.dim() > 2:
             word_inputs = word_inputs.reshape(-1, word_inputs.shape[-1])
-        if word_inputs is not None and self._word_cache is not None:
-            mask = word_inputs > 0
-            out = self._elmo_lstm(token_vectors=self._cached_token_vectors(inputs, word_inputs, mask), mask=mask)
-        else:
-            out = self._elmo_lstm(inputs)
+        layers, bilm_mask = self._run_bilm(inputs, word_inputs)
         representations = []
         for mix in self._scalar_mixes:
-            mixed = mix(out.layers, out.mask)
+            mixed = mix(layers, bilm_mask)
             if self._keep_sentence_boundaries:
-                rep, mask = mixed, out.mask
+                rep, mask = mixed, bilm_mask
             else:
-                rep, mask = remove_sentence_boundaries(mixed, out.mask)
+                rep, mask = remove_sentence_boundaries(mixed, bilm_mask)
             representations.append(self._dropout(rep))
         if not self._scalar_mixes:
-            mask = out.mask if self._keep_sentence_boundaries else remove_sentence_boundaries(out.layers[0], out.mask)[1]
+            mask = bilm_mask if self._keep_sentence_boundaries else remove_sentence_boundaries(layers[0], bilm_mask)[1]
         if len(original_shape) > 3:
             lead = original_shape[:-2]
             representations = [r.view(*lead, r.shape[-2], r.shape[-1]) for r in representations]
