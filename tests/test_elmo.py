@@ -9,6 +9,14 @@ from elmo import Elmo, Embedder, ScalarMix, batch_to_ids, load_bilm, remove_sent
 SENTENCES = [["The", "bank", "raised", "rates", "."], ["Hi"], [], ["We", "sat", "by", "the", "river", "bank"]]
 
 
+def set_mix(mix: ScalarMix, weights: list[float], gamma: float) -> None:
+    """Set a mix's pre-softmax weights and gamma (AllenNLP's layout: one (1,) Parameter per layer)."""
+    with torch.no_grad():
+        for w, value in zip(mix.scalar_parameters, weights, strict=True):
+            w.fill_(value)
+        mix.gamma.fill_(gamma)
+
+
 @pytest.fixture
 def elmo_files(allennlp_dir):
     return allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5"
@@ -16,18 +24,15 @@ def elmo_files(allennlp_dir):
 
 def test_two_representations_equal_hand_weighted_sums(elmo_files):
     elmo = Elmo(*elmo_files, num_output_representations=2, dropout=0.0)
-    with torch.no_grad():
-        elmo.scalar_mixes[0].scalar_parameters.copy_(torch.tensor([0.3, -1.0, 2.0]))
-        elmo.scalar_mixes[0].gamma.fill_(1.7)
-        elmo.scalar_mixes[1].scalar_parameters.copy_(torch.tensor([-2.0, 1.0, 0.0]))
-        elmo.scalar_mixes[1].gamma.fill_(0.4)
+    set_mix(elmo.scalar_mixes[0], [0.3, -1.0, 2.0], 1.7)
+    set_mix(elmo.scalar_mixes[1], [-2.0, 1.0, 0.0], 0.4)
     ids = batch_to_ids(SENTENCES)
     out = elmo(ids)
     with torch.no_grad():
         raw = elmo.bilm(ids)
         layers = [remove_sentence_boundaries(t, raw.mask)[0] for t in raw.layers]
     for mix, rep in zip(elmo.scalar_mixes, out["elmo_representations"]):
-        s = torch.softmax(mix.scalar_parameters.detach(), 0)
+        s = torch.softmax(torch.cat([w.detach() for w in mix.scalar_parameters]), 0)
         expected = mix.gamma.detach() * (s[0] * layers[0] + s[1] * layers[1] + s[2] * layers[2])
         torch.testing.assert_close(rep.detach(), expected, atol=1e-6, rtol=1e-6)
         assert rep.shape == (4, 6, 32)
@@ -40,8 +45,8 @@ def test_gradients_reach_mix_and_bilm_only_when_asked(elmo_files, requires_grad)
     elmo = Elmo(*elmo_files, num_output_representations=1, dropout=0.0, requires_grad=requires_grad)
     elmo(batch_to_ids(SENTENCES))["elmo_representations"][0].sum().backward()
     mix = elmo.scalar_mixes[0]
-    assert mix.scalar_parameters.grad is not None and mix.gamma.grad is not None
-    assert mix.scalar_parameters.grad.abs().sum() > 0
+    assert all(w.grad is not None for w in mix.scalar_parameters) and mix.gamma.grad is not None
+    assert sum(w.grad.abs().sum() for w in mix.scalar_parameters) > 0
     bilm_grads = [p.grad for p in elmo.bilm.parameters()]
     if requires_grad:
         assert all(g is not None for g in bilm_grads) and sum(g.abs().sum() for g in bilm_grads) > 0

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from . import allennlp_state
 from .bilm import BiLM, remove_sentence_boundaries
 from .scalar_mix import ScalarMix
 from .weights import load_bilm
@@ -18,6 +19,15 @@ class Elmo(nn.Module):
 
     Differences from AllenNLP, on purpose: stateless by default (`stateful=True` restores the
     original per-row state carrying), and models without skip connections load.
+
+    `state_dict()` has AllenNLP's keys and layouts (`scalar_mix_0.scalar_parameters.0`,
+    `_elmo_lstm._token_embedder.char_conv_0.weight`, ...), and `load_state_dict` takes them, so a
+    task model's checkpoint moves between the two packages; see `allennlp_state`. State_dicts saved
+    by earlier versions of this class, in the biLM's own layout, still load. Because most entries
+    are converted copies, `state_dict(keep_vars=True)` returns tensors, not the Parameters, for them.
+
+    `module=` takes a `BiLM` or, as in AllenNLP, any module with `num_layers` whose
+    forward(inputs, word_inputs) returns {'activations': [...], 'mask': ...}.
     """
 
     def __init__(
@@ -31,7 +41,7 @@ class Elmo(nn.Module):
         vocab_to_cache: Sequence[str] | None = None,
         keep_sentence_boundaries: bool = False,
         scalar_mix_parameters: Sequence[float] | None = None,
-        module: BiLM | None = None,
+        module: nn.Module | None = None,
         stateful: bool = False,
     ):
         super().__init__()
@@ -44,18 +54,20 @@ class Elmo(nn.Module):
             p.requires_grad_(requires_grad)
         self._keep_sentence_boundaries = keep_sentence_boundaries
         self._dropout = nn.Dropout(p=dropout)
-        self._scalar_mixes = nn.ModuleList(
-            ScalarMix(
+        self._scalar_mixes: list[ScalarMix] = []
+        for k in range(num_output_representations):  # registered under AllenNLP's names
+            mix = ScalarMix(
                 module.num_layers,
                 do_layer_norm=do_layer_norm,
                 initial_scalar_parameters=scalar_mix_parameters,
                 trainable=scalar_mix_parameters is None,
             )
-            for _ in range(num_output_representations)
-        )
+            self.add_module(f"scalar_mix_{k}", mix)
+            self._scalar_mixes.append(mix)
         self._word_cache: torch.Tensor | None = None
         if vocab_to_cache is not None:
             self._word_cache = nn.Parameter(self._compute_word_cache(list(vocab_to_cache)), requires_grad=False)
+        self._register_state_dict_hook(_state_dict_to_allennlp)
 
     @classmethod
     def from_pretrained(cls, name: str = "default", num_output_representations: int = 1, **kwargs) -> Elmo:
@@ -71,8 +83,8 @@ class Elmo(nn.Module):
         return self._elmo_lstm
 
     @property
-    def scalar_mixes(self) -> nn.ModuleList:
-        return self._scalar_mixes
+    def scalar_mixes(self) -> list[ScalarMix]:
+        return list(self._scalar_mixes)
 
     def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> torch.Tensor:
         """Input ids for this model: `elmo.batch_to_ids` for the original models, the model's own
@@ -80,10 +92,13 @@ class Elmo(nn.Module):
         return self._elmo_lstm.batch_to_ids(sentences)
 
     def get_output_dim(self) -> int:
-        return self._elmo_lstm.output_dim()
+        if isinstance(self._elmo_lstm, BiLM):
+            return self._elmo_lstm.output_dim()
+        return self._elmo_lstm.get_output_dim()  # AllenNLP's contract for a given module
 
     def reset_states(self) -> None:
-        self._elmo_lstm.reset_states()
+        if hasattr(self._elmo_lstm, "reset_states"):
+            self._elmo_lstm.reset_states()
 
     @torch.no_grad()
     def _compute_word_cache(self, words: list[str], chunk: int = 1024) -> torch.Tensor:
@@ -93,6 +108,55 @@ class Elmo(nn.Module):
             vectors[0] = 0.0  # index 0 is padding, as in an AllenNLP vocabulary
         return vectors
 
+    def _cached_token_vectors(self, char_ids: torch.Tensor, word_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Token vectors (B, T, P) looked up in the vocabulary cache; words with an index beyond it
+        (not cached) go through the character CNN instead, as AllenNLP falls back for them."""
+        cache = self._word_cache
+        uncached = mask & (word_ids >= cache.shape[0])
+        if cache.shape[0]:
+            vectors = cache[torch.where(uncached, 0, word_ids).clamp(min=0)]
+        else:
+            vectors = cache.new_zeros(*word_ids.shape, self._elmo_lstm.config.projection_dim)
+        if not uncached.any():
+            return vectors
+        if char_ids.shape[:2] != word_ids.shape:
+            raise ValueError(f"word ids {tuple(word_ids.shape)} include words beyond the {cache.shape[0]} cached ones, "
+                             f"which need their character ids, but the character ids have shape {tuple(char_ids.shape)}")
+        return torch.where(uncached.unsqueeze(-1), self._elmo_lstm.token_vectors(char_ids, uncached), vectors)
+
+    def _allennlp_rules(self) -> list[allennlp_state.Rule]:
+        if not isinstance(self._elmo_lstm, BiLM):  # a user's own module: its keys stay its own
+            return []
+        return allennlp_state.elmo_rules(self._elmo_lstm, has_word_cache=self._word_cache is not None)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        """Take AllenNLP's keys and layouts (or this class's earlier ones) by converting them to the
+        biLM's before the submodules load; see `allennlp_state`."""
+        for k in range(len(self._scalar_mixes)):  # the earlier name of the mixes
+            old = f"{prefix}_scalar_mixes.{k}."
+            for key in [key for key in state_dict if key.startswith(old)]:
+                state_dict[f"{prefix}scalar_mix_{k}.{key[len(old):]}"] = state_dict.pop(key)
+        rules = self._allennlp_rules()
+        params = dict(self.named_parameters())
+        expected = allennlp_state.allennlp_shapes(rules, params)
+        allennlp_state.from_allennlp(state_dict, prefix, rules, expected, error_msgs)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
+    def _run_bilm(self, inputs: torch.Tensor, word_inputs: torch.Tensor | None) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """All layers with the markers, and their mask. A `module=` other than a `BiLM` is called as
+        AllenNLP calls one, module(inputs, word_inputs), and returns {'activations', 'mask'}."""
+        if not isinstance(self._elmo_lstm, BiLM):
+            out = self._elmo_lstm(inputs, word_inputs)
+            return (out["activations"], out["mask"]) if isinstance(out, dict) else (out.layers, out.mask)
+        if word_inputs is not None and self._word_cache is not None:
+            mask = word_inputs > 0
+            out = self._elmo_lstm(token_vectors=self._cached_token_vectors(inputs, word_inputs, mask), mask=mask)
+        else:
+            out = self._elmo_lstm(inputs)
+        return out.layers, out.mask
+
     def forward(self, inputs: torch.Tensor, word_inputs: torch.Tensor | None = None) -> dict:
         """inputs: char ids (B, T, 50) or (B, N, T, 50); word_inputs: (B, T) indices into
         `vocab_to_cache`. Returns {'elmo_representations': [(B, T, 2P)...], 'mask': (B, T)}."""
@@ -101,23 +165,24 @@ class Elmo(nn.Module):
             inputs = inputs.reshape(-1, *original_shape[-2:])
         if word_inputs is not None and word_inputs.dim() > 2:
             word_inputs = word_inputs.reshape(-1, word_inputs.shape[-1])
-        if word_inputs is not None and self._word_cache is not None:
-            mask = word_inputs > 0
-            out = self._elmo_lstm(token_vectors=self._word_cache[word_inputs], mask=mask)
-        else:
-            out = self._elmo_lstm(inputs)
+        layers, bilm_mask = self._run_bilm(inputs, word_inputs)
         representations = []
         for mix in self._scalar_mixes:
-            mixed = mix(out.layers, out.mask)
+            mixed = mix(layers, bilm_mask)
             if self._keep_sentence_boundaries:
-                rep, mask = mixed, out.mask
+                rep, mask = mixed, bilm_mask
             else:
-                rep, mask = remove_sentence_boundaries(mixed, out.mask)
+                rep, mask = remove_sentence_boundaries(mixed, bilm_mask)
             representations.append(self._dropout(rep))
         if not self._scalar_mixes:
-            mask = out.mask if self._keep_sentence_boundaries else remove_sentence_boundaries(out.layers[0], out.mask)[1]
+            mask = bilm_mask if self._keep_sentence_boundaries else remove_sentence_boundaries(layers[0], bilm_mask)[1]
         if len(original_shape) > 3:
             lead = original_shape[:-2]
             representations = [r.view(*lead, r.shape[-2], r.shape[-1]) for r in representations]
             mask = mask.view(*lead, mask.shape[-1])
         return {"elmo_representations": representations, "mask": mask}
+
+
+def _state_dict_to_allennlp(module: Elmo, state_dict: dict, prefix: str, local_metadata: dict) -> None:
+    """state_dict hook: the biLM's entries in AllenNLP's keys and layouts (see `allennlp_state`)."""
+    allennlp_state.to_allennlp(state_dict, prefix, module._allennlp_rules())

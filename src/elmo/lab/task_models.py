@@ -66,7 +66,10 @@ def preset_from_mix(name: str, mix: Any, source: str = "") -> MixPreset | None:
         w, gamma = getattr(mix, "scalar_parameters", None), getattr(mix, "gamma", 1.0)
         if w is None:
             return None
-        w = np.asarray(w.detach().cpu(), dtype=np.float64).ravel()
+        if hasattr(w, "detach"):
+            w = np.asarray(w.detach().cpu(), dtype=np.float64).ravel()
+        else:  # ScalarMix's ParameterList of (1,) Parameters (AllenNLP's layout)
+            w = np.array([float(p.detach().cpu().reshape(())) for p in w], dtype=np.float64)
     gamma = float(np.asarray(gamma.detach().cpu() if hasattr(gamma, "detach") else gamma, dtype=np.float64).ravel()[0])
     return MixPreset(name, tuple(round(float(v), 6) for v in w), gamma, source)
 
