@@ -26,40 +26,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from elmo.flops import forward_flops_per_token, train_flops_per_token
+from elmo.training.presets import preset_options
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 SHARED = Path(os.environ.get("ELMO_SHARED", REPO.parent / "shared"))
 SENTENCES = SHARED / "data" / "wiki_corpus" / "valid.txt"
 
-ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
-SHAPES = {
-    "original": {"dim": 4096, "projection_dim": 512, "n_highway": 2, "filters": ORIGINAL_FILTERS},
-    "small": {"dim": 1024, "projection_dim": 128, "n_highway": 1, "filters": ORIGINAL_FILTERS},
-}
-
-
 def options_for(shape: str) -> dict:
-    s = SHAPES[shape]
-    return {
-        "lstm": {"dim": s["dim"], "projection_dim": s["projection_dim"], "n_layers": 2, "cell_clip": 3,
-                 "proj_clip": 3, "use_skip_connections": True},
-        "char_cnn": {"embedding": {"dim": 16}, "filters": s["filters"], "n_highway": s["n_highway"],
-                     "activation": "relu", "n_characters": 262, "max_characters_per_token": 50},
-    }
-
-
-def forward_flops_per_token(options: dict) -> float:
-    """Multiply-adds x 2 of one token through the char CNN, highways, projection and both LSTM stacks."""
-    cnn, lstm = options["char_cnn"], options["lstm"]
-    d, n_filters = cnn["embedding"]["dim"], sum(n for _, n in cnn["filters"])
-    macs = sum((50 - w + 1) * w * d * n for w, n in cnn["filters"])
-    macs += cnn.get("n_highway", 0) * 2 * n_filters * n_filters
-    P, H = lstm["projection_dim"], lstm["dim"]
-    if n_filters != P:
-        macs += n_filters * P
-    per_layer = 2 * P * 4 * H + (H * P if H != P else 0)
-    macs += 2 * lstm["n_layers"] * per_layer
-    return 2.0 * macs
+    """A preset's architecture (`elmo train --preset`), with the inference-time character table."""
+    options = preset_options(shape)
+    options["char_cnn"]["n_characters"] = 262
+    return {key: options[key] for key in ("lstm", "char_cnn")}
 
 
 def gemm_flops(threads: int, device: str = "cpu", dtype: torch.dtype = torch.float32, passes: int = 5) -> float:
@@ -153,6 +132,7 @@ def worker_train(args) -> dict:
     from elmo.training.data import SentenceSource, StreamBatcher
     from elmo.training.model import LanguageModel, detach_states
     from elmo.training.softmax import LogUniformSampler
+    from elmo.training.trainer import train_step
     from elmo.training.vocab import Vocab
 
     torch.set_num_threads(args.threads)
@@ -169,17 +149,13 @@ def worker_train(args) -> dict:
     autocast = torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
     batcher = StreamBatcher(SentenceSource([args.sentences], seed=0), vocab, 128, 20)
+    params = list(model.parameters())
     states = None
 
     def step():
         nonlocal states
         batch = batcher.next_batch().to(args.device)
-        with autocast:
-            loss_f, loss_b, new_states = trained(batch, states, True)
-        (0.5 * (loss_f.mean() + loss_b.mean()) * 20).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        *_, new_states = train_step(trained, batch, states, True, 20, params, 10.0, optimizer, autocast)
         states = detach_states(new_states)
         return batch.n_tokens
 
@@ -202,12 +178,6 @@ def worker_train(args) -> dict:
             "negatives": args.negatives, "seconds_per_step": statistics.median(times),
             "tokens_per_s": tokens * world / statistics.median(times), "passes": times,
             "peak_rss_mb": sum(rss), "gemm_flops_before_after": limits}  # memory: all processes together
-
-
-def train_flops_per_token(options: dict, negatives: int) -> float:
-    """Forward FLOPs plus both directions' sampled-softmax logits, times 3 for forward + backward."""
-    P = options["lstm"]["projection_dim"]
-    return 3.0 * (forward_flops_per_token(options) + 2 * 2 * P * (negatives + 1))
 
 
 def run_worker(argv: list[str]) -> None:
@@ -284,7 +254,6 @@ def main() -> None:
     from elmo import save_bilm
     from elmo.bilm import BiLM
     from elmo.options import BiLMConfig
-    from elmo.training.presets import preset_options
     from elmo.training.vocab import build_vocab, count_tokens, write_vocab
 
     if not SENTENCES.exists():

@@ -72,7 +72,7 @@ def fixture_run(tmp_path):
 
 
 def test_tiny_model_beats_unigram_perplexity(tmp_path):
-    """100 steps on 2,000 sentences of a small language (each word is usually the successor of the
+    """300 steps (one sentence per row, the default) on 2,000 sentences of a small language (each word is usually the successor of the
     previous one): held-out perplexity in both directions far below the unigram model's.
 
     Real text needs far more steps than a unit test can afford before context pays off;
@@ -95,10 +95,10 @@ def test_tiny_model_beats_unigram_perplexity(tmp_path):
     assert cli_main(["vocab", str(train_txt), "-o", str(vocab_file)]) == 0
     settings = TrainSettings(out=str(tmp_path / "run"), train=[str(train_txt)], vocab=str(vocab_file), options=MICRO,
                              batch_size=16, unroll_steps=20, optimizer="adam", lr=0.02, dropout=0.0, sampled=False,
-                             max_steps=100, threads=1, progress=False, log_every=50)
+                             max_steps=300, threads=1, progress=False, log_every=50)
     train(settings)
     model, vocab, _ = load_run(settings.out)
-    result = perplexity(model, vocab, [str(valid_txt)])
+    result = perplexity(model, vocab, [str(valid_txt)], mode="sentence")
 
     counts = Counter(i for line in train_lines for i in vocab.encode(line.split() + ["</S>"]))
     total = sum(counts.values())

@@ -129,13 +129,8 @@ def train(s: TrainSettings) -> dict:
         distributed.teardown()
 
 
-def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dict:
-    if s.threads is not None:
-        check(s.threads > 0, f"--threads must be positive, found {s.threads}")
-        torch.set_num_threads(s.threads)
-    check(not s.bf16 or device.type == "cuda", "--bf16 needs a GPU (--device cuda)")
-    if device.type == "cpu":
-        keep_freed_memory()
+def _open_run(s: TrainSettings, rank: int, world: int) -> tuple[dict, dict, Vocab, dict | None]:
+    """Options, run settings, vocabulary and (with --resume) the checkpoint; a fresh run writes its files."""
     out = Path(s.out)
     checkpoint = None
     if s.resume:
@@ -153,14 +148,98 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
     check(all(v > 0 for v in control.values()),
            "--checkpoint-every, --checkpoint-minutes, --keep-checkpoints and --log-every must be positive")
     run["control"] = control
-    files = expand_corpus(run["train"])
-    max_steps = total_steps(options, run, files, world)
     if rank == 0 and checkpoint is None:
         out.mkdir(parents=True, exist_ok=True)
         write_options(options, out / OPTIONS_NAME)
         write_vocab(vocab.tokens, out / VOCAB_NAME)
         with atomic_path(out / RUN_FILE) as tmp, open(tmp, "w", encoding="utf-8") as f:
             json.dump(dict(run, world_size=world), f, indent=2)
+    return options, run, vocab, checkpoint
+
+
+def losses(trained: torch.nn.Module, batch, states, streaming: bool, autocast) -> tuple[torch.Tensor, torch.Tensor, tuple]:
+    """The two directions' mean losses on one batch, and the LSTM states after it."""
+    with autocast:
+        nll_f, nll_b, new_states = trained(batch, states, streaming)
+    return nll_f.mean(), nll_b.mean(), new_states
+
+
+def apply_gradients(loss_f: torch.Tensor, loss_b: torch.Tensor, unroll: int, params: list, clip_norm: float,
+                    optimizer: torch.optim.Optimizer) -> torch.Tensor:
+    """One update; returns the gradient norm before clipping (not finite: nothing is applied)."""
+    # bilm-tf differentiates unroll_steps * the mean loss: the sum over time of the batch mean.
+    (0.5 * (loss_f + loss_b) * unroll).backward()
+    norm = torch.nn.utils.clip_grad_norm_(params, clip_norm)
+    if torch.isfinite(norm):
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return norm
+
+
+def train_step(trained, batch, states, streaming: bool, unroll: int, params: list, clip_norm: float, optimizer,
+               autocast=None) -> tuple[float, float, torch.Tensor, tuple]:
+    """Forward, backward and update on one batch, as `elmo train` runs it (benchmarks time this)."""
+    loss_f, loss_b, new_states = losses(trained, batch, states, streaming, autocast or contextlib.nullcontext())
+    norm = apply_gradients(loss_f, loss_b, unroll, params, clip_norm, optimizer)
+    return loss_f.item(), loss_b.item(), norm, new_states
+
+
+class _Progress:
+    """Loss and token counts since the last log record; the metrics file and the progress bar."""
+
+    def __init__(self, out: Path, rank: int, show: bool, max_steps: int, step: int):
+        self.log = open(out / METRICS_FILE, "a", encoding="utf-8") if rank == 0 else None  # noqa: SIM115 (closed by close())
+        self.bar = None
+        if rank == 0 and show:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=max_steps, initial=step, unit="step", dynamic_ncols=True, smoothing=0.05,
+                            mininterval=1.0 if sys.stderr.isatty() else 30.0, desc="train")
+        self.last = time.time()
+        self.summary: dict = {}
+        self._reset()
+
+    def _reset(self) -> None:
+        self.window = {"loss_f": 0.0, "loss_b": 0.0, "steps": 0, "tokens": 0}
+
+    def add(self, loss_f: float, loss_b: float, tokens: int) -> None:
+        w = self.window
+        w["loss_f"], w["loss_b"], w["steps"], w["tokens"] = w["loss_f"] + loss_f, w["loss_b"] + loss_b, w["steps"] + 1, w["tokens"] + tokens
+
+    def write(self, step: int, tokens: int, elapsed: float, norm: float, lr: float) -> None:
+        now = time.time()
+        record = _record(step, tokens, self.window, now - self.last, elapsed, norm, lr)
+        self._reset()
+        self.last, self.summary = now, record
+        if self.log is not None:
+            self.log.write(json.dumps(record) + "\n")
+            self.log.flush()
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{record['tok_s']:,.0f} tok/s, loss {record['loss']:.3f}, ppl {record['ppl']:.1f}", refresh=False)
+
+    def tick(self) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dict:
+    if s.threads is not None:
+        check(s.threads > 0, f"--threads must be positive, found {s.threads}")
+        torch.set_num_threads(s.threads)
+    check(not s.bf16 or device.type == "cuda", "--bf16 needs a GPU (--device cuda)")
+    if device.type == "cpu":
+        keep_freed_memory()
+    out = Path(s.out)
+    options, run, vocab, checkpoint = _open_run(s, rank, world)
+    control = run["control"]
+    files = expand_corpus(run["train"])
+    max_steps = total_steps(options, run, files, world)
     if checkpoint is None and options["sample_softmax"]:
         check_frequency_order(vocab, head_counts(files), where=f"the first 200,000 tokens of {files[0]}")
 
@@ -169,29 +248,20 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
     freeze_parameters(model, run.get("freeze", []))
     model.to(device)
     optimizer = _make_optimizer(model, options, run)
-    rows, unroll = options["batch_size"], options["unroll_steps"]
-    batcher = make_batcher(run["batching"], files, vocab, rows, unroll, seed=run["seed"], shard=(rank, world),
-                           chunk_lines=run["chunk_lines"])
+    unroll = options["unroll_steps"]
+    batcher = make_batcher(run["batching"], files, vocab, options["batch_size"], unroll, seed=run["seed"],
+                           shard=(rank, world), chunk_lines=run["chunk_lines"])
     streaming = run["batching"] != "sentence"  # the LSTM state carries from window to window
     torch.manual_seed(run["seed"] * 1_000_003 + rank)  # dropout differs per rank
     step, tokens, states, elapsed_before = 0, 0, None, 0.0
     if checkpoint is not None:
-        model.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])  # with the learning rate it had reached
-        if s.lr is not None:
-            check(s.lr > 0, f"--lr must be positive, found {s.lr}")
-            for group in optimizer.param_groups:
-                group["lr"] = s.lr
-        mine = checkpoint["ranks"][rank]
-        batcher.restore(mine["data"])
-        states = _states_to(mine["lstm"], device)
-        _set_rng_state(mine["rng"], generator, device)
-        step, tokens, elapsed_before = checkpoint["step"], checkpoint["tokens"], checkpoint["elapsed"]
+        step, tokens, states, elapsed_before = _restore(checkpoint, model, optimizer, batcher, generator, device, rank, s.lr)
         if rank == 0:
             _truncate_metrics(out / METRICS_FILE, step)
     trained = DistributedDataParallel(model) if world > 1 else model
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
+    last_path = latest_checkpoint(out) if checkpoint is not None else None
 
     def save(at_step: int) -> Path | None:
         if not all(torch.isfinite(p).all() for p in params):
@@ -204,74 +274,60 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
                  "model": model.state_dict(), "optimizer": optimizer.state_dict(), "ranks": everyone}
         return save_checkpoint(state, out, at_step, control["keep_checkpoints"])
 
-    bar = None
-    if rank == 0 and s.progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=max_steps, initial=step, unit="step", dynamic_ncols=True, smoothing=0.05,
-                   mininterval=1.0 if sys.stderr.isatty() else 30.0, desc="train")
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if s.bf16 else contextlib.nullcontext()
-    start = last_save = last_log = time.time()
-    window = {"loss_f": 0.0, "loss_b": 0.0, "steps": 0, "tokens": 0}
-    last_path = latest_checkpoint(out) if checkpoint is not None else None
-    summary: dict = {}
+    start = last_save = time.time()
     with contextlib.ExitStack() as cleanup:
-        log = cleanup.enter_context(open(out / METRICS_FILE, "a", encoding="utf-8")) if rank == 0 else None
+        progress = _Progress(out, rank, s.progress, max_steps, step)
+        cleanup.callback(progress.close)
         cleanup.callback(batcher.close)
-        if bar is not None:
-            cleanup.callback(bar.close)
         while step < max_steps:
             batch = batcher.next_batch().to(device)
-            with autocast:
-                nll_f, nll_b, new_states = trained(batch, states, streaming)
-            loss_f, loss_b = nll_f.mean(), nll_b.mean()
+            loss_f, loss_b, new_states = losses(trained, batch, states, streaming, autocast)
             now = time.time()
             due = rank == 0 and now - last_save >= 60.0 * control["checkpoint_minutes"]
             out_of_time = rank == 0 and s.max_minutes is not None and now - start >= 60.0 * s.max_minutes
-            # Rank 0's clock decides for everyone, so all ranks save and stop at the same step.
-            stats = distributed.all_sum(torch.stack([loss_f.detach().float(), loss_b.detach().float(),
-                                                     torch.tensor(float(due), device=device),
-                                                     torch.tensor(float(out_of_time), device=device)]))
-            mean_f, mean_b = (stats[:2] / world).tolist()
-            stop = stats[3].item() > 0
+            mean_f, mean_b, due, stop = _agree(loss_f, loss_b, due, out_of_time, world)
             if not (math.isfinite(mean_f) and math.isfinite(mean_b)):
                 raise TrainingError(_nan_message(step + 1, mean_f, mean_b, last_path))
-            # bilm-tf differentiates unroll_steps * the mean loss: the sum over time of the batch mean.
-            (0.5 * (loss_f + loss_b) * unroll).backward()
-            norm = torch.nn.utils.clip_grad_norm_(params, options["all_clip_norm_val"])
+            norm = apply_gradients(loss_f, loss_b, unroll, params, options["all_clip_norm_val"], optimizer)
             if not torch.isfinite(norm):
                 raise TrainingError(_nan_message(step + 1, float("nan"), float("nan"), last_path, what="gradient norm"))
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
             states = detach_states(new_states) if streaming else None
             step += 1
-            n = batch.n_tokens * world
-            tokens += n
-            window["loss_f"] += mean_f
-            window["loss_b"] += mean_b
-            window["steps"] += 1
-            window["tokens"] += n
+            tokens += batch.n_tokens * world
+            progress.add(mean_f, mean_b, batch.n_tokens * world)
             if step % control["log_every"] == 0 or step == max_steps or stop:
-                now = time.time()
-                record = _record(step, tokens, window, now - last_log, elapsed_before + now - start, float(norm),
-                                 optimizer.param_groups[0]["lr"])
-                window = {"loss_f": 0.0, "loss_b": 0.0, "steps": 0, "tokens": 0}
-                last_log = now
-                summary = record
-                if log is not None:
-                    log.write(json.dumps(record) + "\n")
-                    log.flush()
-                if bar is not None:
-                    bar.set_postfix_str(f"{record['tok_s']:,.0f} tok/s, loss {record['loss']:.3f}, ppl {record['ppl']:.1f}", refresh=False)
-            if bar is not None:
-                bar.update(1)
-            if step % control["checkpoint_every"] == 0 or step == max_steps or stats[2].item() > 0 or stop:
+                progress.write(step, tokens, elapsed_before + time.time() - start, float(norm), optimizer.param_groups[0]["lr"])
+            progress.tick()
+            if step % control["checkpoint_every"] == 0 or step == max_steps or due or stop:
                 last_path = save(step) or last_path
                 last_save = time.time()
             if stop:
                 break
-    summary.update(max_steps=max_steps, checkpoint=str(last_path) if last_path else None, run_dir=str(out))
-    return summary
+    return dict(progress.summary, max_steps=max_steps, checkpoint=str(last_path) if last_path else None, run_dir=str(out))
+
+
+def _agree(loss_f: torch.Tensor, loss_b: torch.Tensor, due: bool, out_of_time: bool, world: int) -> tuple[float, float, bool, bool]:
+    """Mean losses over ranks, and rank 0's clock decides for everyone, so all save and stop at the same step."""
+    device = loss_f.device
+    stats = distributed.all_sum(torch.stack([loss_f.detach().float(), loss_b.detach().float(),
+                                             torch.tensor(float(due), device=device), torch.tensor(float(out_of_time), device=device)]))
+    mean_f, mean_b = (stats[:2] / world).tolist()
+    return mean_f, mean_b, stats[2].item() > 0, stats[3].item() > 0
+
+
+def _restore(checkpoint: dict, model, optimizer, batcher, generator, device, rank: int, lr: float | None):
+    """Load a checkpoint into the model, optimizer, batcher and RNGs; -> step, tokens, LSTM states, elapsed."""
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])  # with the learning rate it had reached
+    if lr is not None:
+        check(lr > 0, f"--lr must be positive, found {lr}")
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+    mine = checkpoint["ranks"][rank]
+    batcher.restore(mine["data"])
+    _set_rng_state(mine["rng"], generator, device)
+    return checkpoint["step"], checkpoint["tokens"], _states_to(mine["lstm"], device), checkpoint["elapsed"]
 
 
 def _record(step, tokens, window, seconds, elapsed, norm, lr) -> dict:
