@@ -1,4 +1,5 @@
-"""Does a layer separate a word's senses? The seed's "bank" demonstration, measured on SemCor.
+"""Does a layer separate a word's senses? The seed's "bank" demonstration, measured on SemCor and
+on hand-written homonym sets (tests/data/homonyms*.json, scripts/sense_check.py).
 
 For each ambiguous word, take sentences where SemCor tags it with one of its two most frequent
 senses (the same surface form everywhere, so the context-free layer 0 gives one vector), embed
@@ -8,9 +9,12 @@ pairs. margin = same - different: positive when the layer puts same-sense uses c
 
 from __future__ import annotations
 
+import json
+import os
 from collections import defaultdict
 from dataclasses import dataclass
 from itertools import combinations
+from pathlib import Path
 
 import numpy as np
 
@@ -64,25 +68,58 @@ def sense_occurrences(semcor_xml: str, semcor_keys: str, words=AMBIGUOUS_WORDS, 
     return chosen
 
 
+def read_sense_set(path: str | os.PathLike) -> dict[str, list[Occurrence]]:
+    """word -> occurrences, from a hand-written homonym file (tests/data/homonyms.json).
+
+    Such sets are written fresh so a check cannot be passed by memorising a public corpus. A target
+    index that does not point at the word is an error: a silent off-by-one would measure the wrong token.
+    """
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    chosen: dict[str, list[Occurrence]] = {}
+    for entry in data["words"]:
+        word = entry["word"]
+        chosen[word] = []
+        for sense in entry["senses"]:
+            for item in sense["sentences"]:
+                tokens, index = item["sentence"].split(), item["index"]
+                if not 0 <= index < len(tokens) or tokens[index] != word:
+                    raise ValueError(f"{path}: {word!r} is not token {index} of {item['sentence']!r}")
+                chosen[word].append(Occurrence(word, sense["sense"], tokens, index))
+    return chosen
+
+
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))
 
 
-def sense_margins(embedder: Embedder, occurrences: dict[str, list[Occurrence]]) -> dict:
-    """Per layer: per-word margins (same-sense minus different-sense mean cosine), their mean, and
-    how many words have a positive margin."""
+def occurrence_vectors(embedder: Embedder, occurrences: dict[str, list[Occurrence]]
+                       ) -> dict[str, list[tuple[str, np.ndarray]]]:
+    """word -> (sense, (L+1, D) vectors of the word's token) per occurrence, all sentences in one pass."""
     flat = [o for occ in occurrences.values() for o in occ]
-    arrays = list(embedder.embed_sentences([o.tokens for o in flat], layers="all"))
-    vectors = {id(o): arr[:, o.position] for o, arr in zip(flat, arrays)}
-    n_layers = arrays[0].shape[0] if arrays else 0
-    result = {"words": len(occurrences), "layers": {}}
+    arrays = embedder.embed_sentences([o.tokens for o in flat], layers="all")
+    vectors = [arr[:, o.position] for o, arr in zip(flat, arrays)]
+    out: dict[str, list[tuple[str, np.ndarray]]] = {word: [] for word in occurrences}
+    for o, vector in zip(flat, vectors):
+        out[o.word].append((o.sense, vector))
+    return out
+
+
+def margins_from_vectors(vectors: dict[str, list[tuple[str, np.ndarray]]]) -> dict:
+    """Per layer: per-word margins, their mean, and how many words have a positive margin.
+
+    margin = mean cosine similarity of same-sense pairs minus that of different-sense pairs, which
+    equals mean different-sense cosine distance minus mean same-sense distance. Kept apart from the
+    embedding so the arithmetic can be checked on hand-made vectors.
+    """
+    n_layers = next((len(v) for occ in vectors.values() for _, v in occ), 0)
+    result = {"words": len(vectors), "layers": {}}
     for layer in range(n_layers):
         per_word = {}
-        for word, occ in occurrences.items():
+        for word, occ in vectors.items():
             same, different = [], []
-            for a, b in combinations(occ, 2):
-                sim = _cosine(vectors[id(a)][layer], vectors[id(b)][layer])
-                (same if a.sense == b.sense else different).append(sim)
+            for (sense_a, a), (sense_b, b) in combinations(occ, 2):
+                sim = _cosine(a[layer], b[layer])
+                (same if sense_a == sense_b else different).append(sim)
             per_word[word] = float(np.mean(same) - np.mean(different))
         margins = np.array(list(per_word.values()))
         result["layers"][layer] = {
@@ -91,3 +128,21 @@ def sense_margins(embedder: Embedder, occurrences: dict[str, list[Occurrence]]) 
             "per_word": per_word,
         }
     return result
+
+
+def sense_margins(embedder: Embedder, occurrences: dict[str, list[Occurrence]]) -> dict:
+    """Per layer: per-word margins (same-sense minus different-sense mean cosine), their mean, and
+    how many words have a positive margin. Works for SemCor's occurrences and hand-written sets alike."""
+    return margins_from_vectors(occurrence_vectors(embedder, occurrences))
+
+
+def separation_summary(result: dict) -> dict[int, dict]:
+    """Per layer: how many words separate (margin > 0), the mean margin, and the words that do not,
+    as the issue's check reads it ("same sense closer than different sense for >= 80% of the words")."""
+    summary = {}
+    for layer, info in result["layers"].items():
+        failing = sorted(word for word, margin in info["per_word"].items() if not margin > 0)
+        summary[layer] = {"separating": info["positive"], "words": result["words"],
+                          "fraction": info["positive"] / result["words"] if result["words"] else 0.0,
+                          "mean_margin": info["mean_margin"], "not_separating": failing}
+    return summary
