@@ -101,6 +101,8 @@ def main() -> None:
     p.add_argument("--batching", default="stream", choices=["stream", "ordered", "sentence"],
                    help="stream: shuffled sentences packed into rows (the 25-epoch run of docs/results.md); "
                    "ordered: the text in order as 20 contiguous streams, as Kim et al.")
+    p.add_argument("--objective", default="mean", choices=["mean", "sum", "forward"],
+                   help="mean (bilm-tf's, the 25-epoch run) or sum of the direction losses, or the forward LM alone")
     args = p.parse_args()
     data, out = Path(args.data), Path(args.out)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -126,12 +128,12 @@ def main() -> None:
             out=str(out), train=[str(data / "ptb.train.txt")], vocab=str(vocab), seed=args.seed, **architecture,
             optimizer="sgd", lr=lr, clip_norm=args.clip, dropout=0.5, first_layer_dropout=False, batch_size=20, unroll_steps=35, sampled=False,
             max_steps=epoch * per_epoch, threads=args.threads, device=device, checkpoint_every=min(per_epoch, 200), log_every=50,
-            batching=args.batching,
+            batching=args.batching, objective=args.objective,
             resume=latest_checkpoint(out) is not None))
         valid = score(out, data / "ptb.valid.txt", args.eval_lines, device)
         next_lr = lr / 2 if valid["forward"] > best - 1.0 else lr
         best = min(best, valid["forward"])
-        record = {"epoch": epoch, "step": epoch * per_epoch, "lr": lr, "clip": args.clip, "projection_dim": args.projection_dim, "batching": args.batching, "next_lr": next_lr, "valid": valid,
+        record = {"epoch": epoch, "step": epoch * per_epoch, "lr": lr, "clip": args.clip, "projection_dim": args.projection_dim, "batching": args.batching, "objective": args.objective, "next_lr": next_lr, "valid": valid,
                   "wall_s": round(time.time() - started, 1), "device": device}
         if epoch == args.epochs:
             record["test"] = score(out, data / "ptb.test.txt", args.eval_lines, device)

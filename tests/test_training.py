@@ -100,6 +100,29 @@ def test_vocab_errors(tmp_path):
     assert Vocab.load(write(tmp_path / "v4.txt", ["!!!MAXTERMID", "</S>", "<S>", "<UNK>", "x"])).encode(["x", "y"]) == [3, 2]
 
 
+def test_objective_sum_doubles_the_step_and_forward_leaves_the_backward_lstm(tmp_path, fixture_corpus):
+    """One SGD update without clipping or dropout: `sum` moves every weight twice as far as `mean`;
+    `forward` moves the forward LSTM as `sum` does and leaves the backward LSTM as initialised."""
+    data, vocab = fixture_corpus
+    moved = {}
+    for objective in ("mean", "sum", "forward"):
+        out = tmp_path / objective
+        train(settings(tmp_path, data, vocab, out=str(out), objective=objective, optimizer="sgd", lr=0.5, clip_norm=1e9,
+                       dropout=0.0, sampled=False, max_steps=1))
+        after = load_checkpoint(list_checkpoints(out)[-1][1])["model"]
+        train(settings(tmp_path, data, vocab, out=str(tmp_path / f"{objective}-0"), objective=objective, max_steps=1, lr=1e-30,
+                       optimizer="sgd", dropout=0.0, sampled=False))
+        before = load_checkpoint(list_checkpoints(tmp_path / f"{objective}-0")[-1][1])["model"]
+        moved[objective] = {name: after[name] - before[name] for name in after}
+    for name, step in moved["mean"].items():
+        torch.testing.assert_close(moved["sum"][name], 2 * step, rtol=1e-4, atol=1e-6)
+        if name.startswith("bilm.backward_lstm."):
+            assert torch.count_nonzero(moved["forward"][name]) == 0, name
+        elif name.startswith("bilm.forward_lstm."):
+            torch.testing.assert_close(moved["forward"][name], moved["sum"][name], rtol=1e-4, atol=1e-6)
+    assert json.loads((tmp_path / "forward" / "run.json").read_text())["objective"] == "forward"
+
+
 def test_unsorted_vocab_is_refused_for_the_sampled_softmax(tmp_path, fixture_corpus):
     data, vocab = fixture_corpus
     tokens = Vocab.load(vocab).tokens

@@ -53,6 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "rows with the state carried; such a model may fail from zero state (docs/training.md). ordered: "
                    "the corpus in file order as contiguous streams, state carried (Kim et al.), for text whose "
                    "order carries meaning (PTB, documents) and scoring with the state carried")
+    p.add_argument("--objective", choices=["mean", "sum", "forward"],
+                   help="what the update differentiates: mean (default, bilm-tf) or sum of the two directions' losses, "
+                   "or the forward LM's alone (for comparisons with one-direction LMs)")
     p.add_argument("--max-steps", type=int, help="stop after this many updates (default: from --epochs)")
     p.add_argument("--epochs", type=float, help="passes over the corpus' token count (default 10)")
     p.add_argument("--max-minutes", type=float,
@@ -111,7 +114,7 @@ def run_train(args: argparse.Namespace) -> int:
     elif args.options:
         options = read_options(args.options).to_options()
     names = ["train", "vocab", "init_from", "batch_size", "unroll_steps", "dropout", "first_layer_dropout", "freeze", "clip_norm", "lr", "optimizer",
-             "sampled", "negatives", "batching", "seed", "max_steps", "max_minutes", "epochs", "checkpoint_every", "checkpoint_minutes",
+             "sampled", "negatives", "batching", "objective", "seed", "max_steps", "max_minutes", "epochs", "checkpoint_every", "checkpoint_minutes",
              "keep_checkpoints", "log_every", "threads", "device", "bf16", "resume", "progress"]
     settings = TrainSettings(out=args.out, options=options, **{n: getattr(args, n) for n in names})
     summary = train(settings)

@@ -28,7 +28,12 @@ OPTION_KEYS = {
 }
 LR_DEFAULTS = {"adagrad": 0.2, "adam": 0.001, "sgd": 1.0}
 # kept in run.json; `freeze`: glob patterns of parameter names that training leaves as they are
-RUN_KEYS = {"optimizer": "adagrad", "batching": "sentence", "seed": 0, "first_layer_dropout": True, "freeze": []}
+RUN_KEYS = {"optimizer": "adagrad", "batching": "sentence", "seed": 0, "first_layer_dropout": True, "freeze": [],
+            "objective": "mean"}
+# What the update differentiates: bilm-tf's mean of the two directions' losses, their sum (each LSTM
+# then gets the step a one-direction LM would), or the forward LM's alone (the backward LSTM stays as
+# initialised): the last two are for comparisons with one-direction LMs (benchmarks/ptb_char_small.py).
+OBJECTIVES = {"mean": (0.5, 0.5), "sum": (1.0, 1.0), "forward": (1.0, 0.0)}
 # How often to save and log (bilm-tf: every 1250 batches, 2 kept); a resumed run keeps its own unless told.
 CONTROL_DEFAULTS = {"checkpoint_every": 1250, "checkpoint_minutes": 30.0, "keep_checkpoints": 2, "log_every": 10}
 CAN_CHANGE_ON_RESUME = ("max_steps", "epochs", "lr")  # a new --lr applies from the resumed step on
@@ -54,6 +59,7 @@ class TrainSettings:
     sampled: bool | None = None
     negatives: int | None = None
     batching: str | None = None
+    objective: str | None = None
     seed: int | None = None
     max_steps: int | None = None
     max_minutes: float | None = None  # this invocation only; not stored with the run
@@ -84,6 +90,7 @@ def validate(options: dict, run: dict) -> None:
     check(isinstance(options["n_negative_samples_batch"], int) and options["n_negative_samples_batch"] > 0,
            f"--negatives must be a positive integer, found {options['n_negative_samples_batch']!r}")
     check(run["optimizer"] in LR_DEFAULTS, f"--optimizer must be one of {', '.join(LR_DEFAULTS)}, found {run['optimizer']!r}")
+    check(run["objective"] in OBJECTIVES, f"--objective must be one of {', '.join(OBJECTIVES)}, found {run['objective']!r}")
     check(run["batching"] in BATCHINGS, f"--batching must be one of {', '.join(BATCHINGS)}, found {run['batching']!r}")
 
 

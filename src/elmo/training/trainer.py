@@ -36,6 +36,7 @@ from .model import LanguageModel, detach_states
 from .settings import (
     CONTROL_DEFAULTS,
     METRICS_FILE,
+    OBJECTIVES,
     RUN_FILE,
     TrainSettings,
     check,
@@ -165,10 +166,11 @@ def losses(trained: torch.nn.Module, batch, states, streaming: bool, autocast) -
 
 
 def apply_gradients(loss_f: torch.Tensor, loss_b: torch.Tensor, unroll: int, params: list, clip_norm: float,
-                    optimizer: torch.optim.Optimizer) -> torch.Tensor:
+                    optimizer: torch.optim.Optimizer, objective: str = "mean") -> torch.Tensor:
     """One update; returns the gradient norm before clipping (not finite: nothing is applied)."""
+    w_f, w_b = OBJECTIVES[objective]
     # bilm-tf differentiates unroll_steps * the mean loss: the sum over time of the batch mean.
-    (0.5 * (loss_f + loss_b) * unroll).backward()
+    ((w_f * loss_f + w_b * loss_b) * unroll).backward()
     norm = torch.nn.utils.clip_grad_norm_(params, clip_norm)
     if torch.isfinite(norm):
         optimizer.step()
@@ -289,7 +291,8 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
             mean_f, mean_b, due, stop = _agree(loss_f, loss_b, due, out_of_time, world)
             if not (math.isfinite(mean_f) and math.isfinite(mean_b)):
                 raise TrainingError(_nan_message(step + 1, mean_f, mean_b, last_path))
-            norm = apply_gradients(loss_f, loss_b, unroll, params, options["all_clip_norm_val"], optimizer)
+            norm = apply_gradients(loss_f, loss_b, unroll, params, options["all_clip_norm_val"], optimizer,
+                                   run.get("objective", "mean"))
             if not torch.isfinite(norm):
                 raise TrainingError(_nan_message(step + 1, float("nan"), float("nan"), last_path, what="gradient norm"))
             states = detach_states(new_states) if streaming else None
