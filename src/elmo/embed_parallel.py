@@ -20,6 +20,7 @@ import hashlib
 import itertools
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,8 +33,8 @@ from tqdm import tqdm
 
 from .embed_file import OutputSpec, check_output, check_sentence_key, link_plist, write_index
 from .embedder import Embedder
-from .errors import ElmoError, InputError
-from .fileio import atomic_path, iter_lines
+from .errors import ElmoError, InputError, OutputError
+from .fileio import hdf5_output, iter_lines
 from .weights import model_fingerprint
 
 PART_ATTR = "elmo_part"
@@ -168,8 +169,41 @@ def make_plan(embedder: Embedder, input_file: str, output_file: str, spec: Outpu
                              "continue it, or --overwrite to start over")
     elif os.path.exists(plan.parts_dir):
         raise InputError(f"{plan.parts_dir}: exists and is not a directory; it is where the parts of OUTPUT go")
+    check_free_space(plan, spec, embedder, output_file)
     os.makedirs(plan.parts_dir, exist_ok=True)
     return plan
+
+
+def megabytes(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def check_free_space(plan: Plan, spec: OutputSpec, embedder: Embedder, output_file: str) -> None:
+    """Refuse at once a run whose parts and joined file cannot fit beside OUTPUT (uncompressed output only).
+
+    The parts stay on disk until the join has finished, so the peak is the missing parts plus OUTPUT.
+    """
+    def estimate(blocks: list[int]) -> int:
+        lines = sum(plan.blocks[b][1] - plan.blocks[b][0] for b in blocks)
+        tokens = sum(plan.tokens[b] for b in blocks)
+        return spec.estimate_bytes(embedder.bilm.num_layers, embedder.bilm.output_dim(), lines, tokens) or 0
+
+    parts, joined = estimate(plan.todo), estimate(list(range(len(plan.blocks))))
+    free = shutil.disk_usage(os.path.dirname(os.path.abspath(output_file))).free
+    if parts + joined > free:
+        raise OutputError(f"{output_file}: needs at least {megabytes(parts + joined)} free beside it ({megabytes(parts)} "
+                          f"of parts, then {megabytes(joined)} for the joined file), {megabytes(free)} are free; free "
+                          "space, write OUTPUT elsewhere, or store less (--dtype float16, --layers, --top, --pool)")
+
+
+def check_join_space(plan: Plan, output_file: str) -> None:
+    """The joined file is about as big as its parts, which are removed only after it is complete."""
+    need = sum(os.path.getsize(plan.part_path(b)) for b in range(len(plan.blocks)))
+    free = shutil.disk_usage(os.path.dirname(os.path.abspath(output_file))).free
+    if need > free:
+        raise OutputError(f"{output_file}: joining the parts needs about {megabytes(need)} free beside it, "
+                          f"{megabytes(free)} are free; the finished parts are kept in {plan.parts_dir}: free space "
+                          "and run the same command with --resume to join them")
 
 
 def part_is_done(plan: Plan, block: int) -> bool:
@@ -231,11 +265,12 @@ def write_parts(embedder: Embedder, input_file: str, plan: Plan, blocks: list[in
         texts = [text for _, text in lines]
         start = plan.blocks[block][0]
         embedder.bilm.token_cache.clear()  # a block's numbers must not depend on the blocks run before it
-        with atomic_path(plan.part_path(block)) as tmp, h5py.File(tmp, "w", libver=spec.libver) as out:
+        with hdf5_output(plan.part_path(block), spec.libver) as (out, check_written):
             out.attrs[PART_ATTR] = json.dumps({**plan.header, "lines": list(plan.blocks[block])})
             sentences = (text.split() for text in texts)
             for i, vectors in enumerate(embedder.embed_sentences(sentences, layers="all", batch_size=batch_size)):
                 spec.write(out, str(start + i), vectors)
+                check_written()
                 bar.update(vectors.shape[1])
         todo.discard(block)
 
@@ -247,13 +282,14 @@ def join_parts(input_file: str, output_file: str, plan: Plan, spec: OutputSpec, 
     if missing:
         raise InputError(f"{missing[0]}: missing ({len(missing)} part(s) in all) after every rank finished; with "
                          "several nodes, OUTPUT must be on a filesystem that all of them share")
+    check_join_space(plan, output_file)
     keep_index = not (forget_sentences or use_sentence_keys)
     texts: dict[str, str] = {}
     part = None
     bar = tqdm(total=plan.n_lines, unit="line", unit_scale=True, desc="joining",
                disable=not progress, dynamic_ncols=True)
     try:
-        with bar, atomic_path(output_file) as tmp, h5py.File(tmp, "w", libver=spec.libver) as out:
+        with bar, hdf5_output(output_file, spec.libver) as (out, check_written):
             for number, text in iter_lines(input_file):
                 if number % plan.part_lines == 0:
                     if part is not None:
@@ -266,6 +302,7 @@ def join_parts(input_file: str, output_file: str, plan: Plan, spec: OutputSpec, 
                 except (KeyError, ValueError, RuntimeError) as e:
                     raise InputError(f"{input_file}, line {number + 1}: cannot store the sentence {key!r} as an "
                                      f"HDF5 key ({e}); drop --use-sentence-keys to key by line number") from None
+                check_written()
                 if keep_index:
                     texts[sentence] = key
                 bar.update()
@@ -291,6 +328,20 @@ def embed_corpus(embedder: Embedder, input_file: str | os.PathLike, output_file:
                          "batches every line depends on all earlier ones, so a run cannot be split or continued")
     plan = ranks.from_rank0(lambda: make_plan(embedder, input_file, output_file, spec, part_lines, use_sentence_keys,
                                               overwrite, resume))
+    try:
+        embed_plan(embedder, input_file, output_file, plan, spec, batch_size, forget_sentences, use_sentence_keys,
+                   progress, ranks)
+    except BaseException:
+        if ranks.rank == 0:
+            with contextlib.suppress(OSError):  # no finished part to resume from: leave nothing behind
+                os.rmdir(plan.parts_dir)
+        raise
+
+
+def embed_plan(embedder: Embedder, input_file: str, output_file: str, plan: Plan, spec: OutputSpec, batch_size: int,
+               forget_sentences: bool, use_sentence_keys: bool, progress: bool, ranks: Ranks) -> None:
+    """This rank's share of the missing parts, then (rank 0) the join."""
+    part_lines = plan.part_lines
     mine = plan.share(ranks.rank, ranks.world) if plan.todo else []
     show = progress and ranks.rank == 0
     if show:
