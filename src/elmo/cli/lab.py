@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from ..lab.app import create_app
+        from ..lab.app import LOOPBACK, create_app
     except ImportError as e:
         raise InputError(f"elmo lab needs its web extra ({e.name} is missing): pip install 'elmo-bilm[lab]'") from e
     from ..lab import LabModels, ReferenceSpec, build_reference
@@ -88,7 +88,9 @@ def run(args: argparse.Namespace) -> int:
     sock = bind(args.host, args.port)
     wiki, pos, per_sense = SIZES[args.reference_size]
     ref = build_reference(lab.bilm, data, ReferenceSpec(wiki, pos, per_sense), args.cache_dir)
-    app = create_app(lab, ref)
+    # Requests must name this server; bound to every address, any name may be this machine's.
+    hosts = None if args.host in ("0.0.0.0", "::", "") else (*LOOPBACK, args.host.strip("[]").lower())
+    app = create_app(lab, ref, allowed_hosts=hosts)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/"
