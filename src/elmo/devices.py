@@ -1,0 +1,41 @@
+"""Which torch device a command or an `Embedder` runs on, checked once, and one GPU per torchrun rank."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .errors import InputError
+
+
+def check_device(requested: str | torch.device, flag: str = "device") -> torch.device:
+    """cpu, cuda or cuda:N, on a machine that has it; anything else is an `InputError` naming it.
+
+    torch itself accepts "meta" and other backends, which cannot hold the weights a model loads.
+    """
+    text = str(requested)
+    try:
+        device = torch.device(requested)
+    except (RuntimeError, TypeError, ValueError):
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise InputError(f"{flag} {text}: expected cpu, cuda or cuda:N")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError(f"{flag} {text}: CUDA is not available on this machine")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise InputError(f"{flag} {text}: this machine has {torch.cuda.device_count()} GPU(s), cuda:0.."
+                             f"cuda:{torch.cuda.device_count() - 1}")
+    return device
+
+
+def local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def rank_device(requested: str, world: int) -> str:
+    """Under torchrun, a bare "cuda" means one GPU per local rank (round-robin when there are fewer GPUs)."""
+    if requested == "cuda" and world > 1 and torch.cuda.is_available():
+        return f"cuda:{local_rank() % torch.cuda.device_count()}"
+    return requested
