@@ -18,9 +18,9 @@ import h5py
 import numpy as np
 from tqdm import tqdm
 
-from .embedder import LAYER_CHOICES, Embedder, select_layers
+from .embedder import LAYER_CHOICES, Embedder, check_batch_size, select_layers
 from .errors import InputError
-from .fileio import hdf5_output, iter_lines
+from .fileio import check_file, hdf5_output, iter_lines
 
 DTYPES = ("float32", "float16")
 POOLS = ("mean", "max")
@@ -137,11 +137,19 @@ def parse_layers(text: str | None) -> tuple[int, ...] | None:
         raise InputError(f"--layers expects comma-separated layer numbers such as 1,2; found {text!r}") from None
 
 
-def check_output(output_file: str | os.PathLike, overwrite: bool) -> str:
-    """OUTPUT must be a file path in an existing directory, and new unless `overwrite`."""
+def check_input(input_file: str | os.PathLike) -> str:
+    """INPUT must be a regular file: it is read more than once (to count, to plan parts, to join)."""
+    return check_file(input_file, "a text file, one sentence per line", regular=True)
+
+
+def check_output(output_file: str | os.PathLike, overwrite: bool, input_file: str | os.PathLike | None = None) -> str:
+    """OUTPUT must be a file path in an existing directory, new unless `overwrite`, and not INPUT."""
     output_file = os.fspath(output_file)
     if os.path.isdir(output_file):
         raise InputError(f"{output_file}: is a directory; OUTPUT must be a file path")
+    if input_file is not None and os.path.exists(output_file) and os.path.samefile(input_file, output_file):
+        raise InputError(f"{output_file}: is INPUT itself; --overwrite would replace the text with its vectors, "
+                         "choose another OUTPUT")
     if os.path.exists(output_file) and not overwrite:
         raise InputError(f"{output_file}: already exists (pass --overwrite to replace it)")
     directory = os.path.dirname(os.path.abspath(output_file))
@@ -188,7 +196,9 @@ def embed_file(
     written under a temporary name and renamed at the end. See `OutputSpec` for the other options.
     """
     spec = OutputSpec(output_format, None if layers is None else tuple(layers), pool, dtype, compression)
-    output_file = check_output(output_file, overwrite)
+    check_batch_size(batch_size)
+    input_file = check_input(input_file)
+    output_file = check_output(output_file, overwrite, input_file)
     _, n_tokens = count_tokens(input_file)  # also validates UTF-8 before any work is done
     write_lines(embedder, iter_lines(input_file), output_file, spec, batch_size=batch_size,
                 forget_sentences=forget_sentences, use_sentence_keys=use_sentence_keys, progress=progress,

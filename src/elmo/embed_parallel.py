@@ -31,8 +31,8 @@ import h5py
 import torch.distributed as dist
 from tqdm import tqdm
 
-from .embed_file import OutputSpec, check_output, check_sentence_key, link_plist, write_index
-from .embedder import Embedder
+from .embed_file import OutputSpec, check_input, check_output, check_sentence_key, link_plist, write_index
+from .embedder import Embedder, check_batch_size
 from .errors import ElmoError, InputError, OutputError
 from .fileio import hdf5_output, iter_lines
 from .weights import model_fingerprint
@@ -72,6 +72,10 @@ class Ranks:
                 box[0] = (True, make())
             except ElmoError as e:
                 box[0] = (False, e)
+            except BaseException as e:  # e.g. OSError: the other ranks must not wait for gloo's timeout
+                box[0] = (False, ElmoError(f"rank 0 failed: {type(e).__name__}: {e}"))
+                dist.broadcast_object_list(box, src=0)
+                raise
         dist.broadcast_object_list(box, src=0)
         ok, value = box[0]
         if not ok:
@@ -153,7 +157,8 @@ def make_plan(embedder: Embedder, input_file: str, output_file: str, spec: Outpu
     if part_lines <= 0:
         raise InputError(f"--part-lines must be positive, found {part_lines}")
     spec.check_model(embedder.bilm.num_layers)
-    check_output(output_file, overwrite)
+    check_input(input_file)
+    check_output(output_file, overwrite, input_file)
     input_id, blocks, tokens = scan_input(input_file, part_lines, use_sentence_keys)
     header = {"format": PART_FORMAT, "model": model_fingerprint(embedder.bilm), "input": input_id,
               "settings": {**spec.settings(), "part_lines": part_lines}}
@@ -323,6 +328,7 @@ def embed_corpus(embedder: Embedder, input_file: str | os.PathLike, output_file:
     Call it on every rank with the same arguments (torchrun); without torchrun, `ranks` is rank 0 of 1.
     """
     input_file, output_file = os.fspath(input_file), os.fspath(output_file)
+    check_batch_size(batch_size)
     if embedder.stateful:
         raise InputError("parts, ranks and --resume need a stateless embedder: with state carried between "
                          "batches every line depends on all earlier ones, so a run cannot be split or continued")

@@ -45,13 +45,29 @@ def _umask() -> int:
     return mask
 
 
-def open_text(path: str | os.PathLike) -> io.TextIOBase:
-    """Open a UTF-8 text file for reading, transparently gunzipping `*.gz`; strict decoding."""
+def check_file(path: str | os.PathLike, what: str = "a text file", regular: bool = False) -> str:
+    """`path` as a str, if it names an existing file (with `regular`, not a pipe or device, which can be
+    read only once); else an `InputError` saying what it is instead."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        raise InputError(f"{path}: is a directory, expected a text file")
+        raise InputError(f"{path}: is a directory, expected {what}")
     if not os.path.exists(path):
         raise InputError(f"{path}: file not found")
+    if regular and not os.path.isfile(path):
+        raise InputError(f"{path}: not a regular file (a pipe or a device can be read only once, and this command "
+                         "reads its input more than once); save it to a file first")
+    return path
+
+
+def invalid_utf8(source: str, number: int, raw: bytes, error: UnicodeDecodeError) -> InputError:
+    """The one message for a line that is not UTF-8: where, and which byte."""
+    return InputError(f"{source}, line {number + 1}: invalid UTF-8 (byte 0x{raw[error.start]:02x} at column "
+                      f"{error.start + 1})")
+
+
+def open_text(path: str | os.PathLike) -> io.TextIOBase:
+    """Open a UTF-8 text file for reading, transparently gunzipping `*.gz`; strict decoding."""
+    path = check_file(path)
     if path.endswith(".gz"):
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="strict", newline="\n")
     return open(path, encoding="utf-8", errors="strict", newline="\n")
@@ -63,20 +79,14 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     Reads bytes and decodes each line, so an error points at the exact line, and memory does not
     depend on the file's size.
     """
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        raise InputError(f"{path}: is a directory, expected a text file")
-    if not os.path.exists(path):
-        raise InputError(f"{path}: file not found")
+    path = check_file(path)
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rb") as f:
         for number, raw in enumerate(f):
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise InputError(
-                    f"{path}, line {number + 1}: invalid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
-                ) from None
+                raise invalid_utf8(path, number, raw, e) from None
             yield number, text.rstrip("\r\n")
 
 

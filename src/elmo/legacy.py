@@ -17,8 +17,9 @@ import torch
 from .bilm import remove_sentence_boundaries
 from .chars import batch_to_ids
 from .embed_file import OutputSpec, check_output, embed_file, write_lines
-from .embedder import Embedder
+from .embedder import Embedder, check_batch_size
 from .errors import InputError, ModelFileError
+from .fileio import invalid_utf8
 from .models import resolve_model
 
 DEFAULT_BATCH_SIZE = 64
@@ -85,6 +86,7 @@ class ElmoEmbedder:
 
         Like 0.9, an open `input_file` is read to the end and closed.
         """
+        check_batch_size(batch_size)
         if isinstance(input_file, (str, os.PathLike)):
             embed_file(self.embedder, input_file, output_file_path, output_format, batch_size=batch_size,
                        forget_sentences=forget_sentences, use_sentence_keys=use_sentence_keys)
@@ -113,6 +115,5 @@ def _decoded(line: str | bytes, name: str, number: int) -> str:
         try:
             return line.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise InputError(f"{name}, line {number + 1}: invalid UTF-8 (byte 0x{line[e.start]:02x} "
-                             f"at column {e.start + 1})") from None
+            raise invalid_utf8(name, number, line, e) from None
     return line
