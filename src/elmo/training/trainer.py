@@ -163,6 +163,7 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
     max_steps = total_steps(options, run, files, world)
     if rank == 0 and checkpoint is None:
         out.mkdir(parents=True, exist_ok=True)
+        (out / METRICS_FILE).unlink(missing_ok=True)  # a run that died before its first checkpoint
         write_options(options, out / OPTIONS_NAME)
         write_vocab(vocab.tokens, out / VOCAB_NAME)
         with atomic_path(out / RUN_FILE) as tmp, open(tmp, "w", encoding="utf-8") as f:
