@@ -1,15 +1,27 @@
 """Faults an adversarial user can cause (issue #28): each is one clear line, exit 2, nothing left at OUTPUT."""
 
 import errno
+import json
+import math
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
+import torch.distributed as dist
+from conftest import BILM_TF, need
+from test_training_runs import MICRO
 
+from elmo import ElmoEmbedder, Embedder
 from elmo.cli import main as cli_main
+from elmo.embed_parallel import Ranks
+from elmo.errors import ElmoError, InputError, ModelFileError
 from elmo.fileio import GuardedFile
+from elmo.options import read_options
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -95,3 +107,146 @@ def test_fault1_failed_write_in_the_join_keeps_the_parts_for_resume(tmp_path, co
 def _env():
     return dict(os.environ, PYTHONPATH=str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
                 OMP_NUM_THREADS="1")
+
+
+# ---- faults 2 and 6: options.json that no model can use --------------------------------------------------------
+
+
+def _options_with(allennlp_dir, tmp_path, **lstm):
+    options = json.loads((allennlp_dir / "options.json").read_text())
+    options["lstm"].update(lstm)
+    path = tmp_path / "options.json"
+    path.write_text(json.dumps(options))  # NaN and Infinity as Python's json writes them
+    return path
+
+
+@pytest.mark.parametrize("key, value", [("cell_clip", math.nan), ("proj_clip", math.nan), ("cell_clip", math.inf)])
+def test_fault2_nan_or_infinite_clip_is_refused(tmp_path, corpus, allennlp_dir, capsys, key, value):
+    options = _options_with(allennlp_dir, tmp_path, **{key: value})
+    args = ["embed", str(corpus), str(tmp_path / "o.hdf5"), "--options", str(options),
+            "--weights", str(allennlp_dir / "lm_weights.hdf5")]
+    assert cli_main(args) == 2
+    one_line_error(capsys, f"'lstm.{key}' must be a finite non-negative number or null, found {value}")
+    with pytest.raises(ModelFileError, match=f"lstm.{key}"):
+        read_options(options)
+    assert not (tmp_path / "o.hdf5").exists() and not (tmp_path / "o.hdf5.parts").exists()
+
+
+def test_fault6_an_architecture_bigger_than_memory_is_a_check_not_an_allocation(tmp_path, corpus, allennlp_dir,
+                                                                                capsys):
+    options = _options_with(allennlp_dir, tmp_path, dim=1_000_000_000_000)
+    args = ["embed", str(corpus), str(tmp_path / "o.hdf5"), "--options", str(options),
+            "--weights", str(allennlp_dir / "lm_weights.hdf5")]
+    assert cli_main(args) == 2
+    one_line_error(capsys, "parameters (", "GiB as float32), more than this machine's", "lstm.dim 1000000000000")
+    assert sorted(os.listdir(tmp_path)) == ["corpus.txt", "options.json"]
+
+
+# ---- fault 3: batch sizes -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def embedder(allennlp_dir):
+    return Embedder.from_files(allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5")
+
+
+@pytest.mark.parametrize("size", [0, -1, 2.5, True])
+def test_fault3_batch_size_must_be_positive_everywhere(allennlp_dir, embedder, tmp_path, corpus, size):
+    message = f"batch_size must be a positive integer, found {size!r}"
+    with pytest.raises(InputError, match=re.escape(message)):
+        Embedder.from_files(allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5", batch_size=size)
+    with pytest.raises(InputError, match=re.escape(message)):
+        embedder.embed_sentences([["a", "b"]], batch_size=size)
+    legacy = ElmoEmbedder(allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5")
+    with pytest.raises(InputError, match=re.escape(message)):
+        legacy.embed_sentences([["a", "b"]], batch_size=size)
+    with pytest.raises(InputError, match=re.escape(message)):
+        legacy.embed_file(str(corpus), tmp_path / "o.hdf5", batch_size=size)
+    assert not (tmp_path / "o.hdf5").exists()
+
+
+# ---- fault 5: devices -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", ["foo", "meta", "cuda:99" if torch.cuda.is_available() else "cuda"])
+def test_fault5_unknown_device_is_one_line(tmp_path, corpus, allennlp_dir, capsys, device):
+    assert cli_main(["embed", str(corpus), str(tmp_path / "o.hdf5"), *model_args(allennlp_dir),
+                     "--device", device]) == 2
+    one_line_error(capsys, f"--device {device}")
+    with pytest.raises(InputError, match="device"):
+        Embedder.from_files(allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5", device=device)
+    assert sorted(os.listdir(tmp_path)) == ["corpus.txt"]
+
+
+# ---- faults 7 and 8: INPUT that is a pipe, OUTPUT that is INPUT --------------------------------------------------
+
+
+def test_fault7_a_pipe_as_input_is_refused_before_any_work(tmp_path, allennlp_dir, capsys):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)  # opening it would block: the check must not open it
+    assert cli_main(["embed", str(fifo), str(tmp_path / "o.hdf5"), *model_args(allennlp_dir)]) == 2
+    one_line_error(capsys, f"{fifo}: not a regular file", "save it to a file first")
+    assert sorted(os.listdir(tmp_path)) == ["pipe"]
+
+
+def test_fault7_stdin_from_a_pipe_is_refused(tmp_path, corpus, allennlp_dir):
+    with subprocess.Popen(["cat", str(corpus)], stdout=subprocess.PIPE) as cat:
+        done = subprocess.run([sys.executable, "-m", "elmo", "embed", "/dev/stdin", str(tmp_path / "o.hdf5"),
+                               *model_args(allennlp_dir)], stdin=cat.stdout, capture_output=True, text=True,
+                              env=_env())
+    assert done.returncode == 2 and "not a regular file" in done.stderr and "Traceback" not in done.stderr
+    assert sorted(os.listdir(tmp_path)) == ["corpus.txt"]
+
+
+def test_fault8_output_that_is_the_input_is_refused_even_with_overwrite(tmp_path, corpus, allennlp_dir, capsys):
+    before = corpus.read_bytes()
+    assert cli_main(["embed", str(corpus), str(corpus), *model_args(allennlp_dir), "--overwrite"]) == 2
+    one_line_error(capsys, f"{corpus}: is INPUT itself")
+    link = tmp_path / "link.txt"
+    os.link(corpus, link)  # the same file under another name
+    assert cli_main(["embed", str(corpus), str(link), *model_args(allennlp_dir), "--overwrite", "--stateful"]) == 2
+    one_line_error(capsys, "is INPUT itself")
+    assert corpus.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["corpus.txt", "link.txt"]
+
+
+# ---- fault 9: a fresh run in a dead run's folder ----------------------------------------------------------------
+
+
+def test_fault9_fresh_run_in_a_dead_runs_out_starts_its_own_metrics(tmp_path):
+    data = need(BILM_TF / "train" / "data.txt")
+    vocab, options, run = tmp_path / "vocab.txt", tmp_path / "micro.json", tmp_path / "run"
+    assert cli_main(["vocab", str(data), "-o", str(vocab)]) == 0
+    options.write_text(json.dumps(MICRO))
+    flags = ["train", "--train", str(data), "--vocab", str(vocab), "--options", str(options), "--batch-size", "4",
+             "--unroll-steps", "4", "--negatives", "8", "--threads", "1", "--no-progress", "--max-steps", "2",
+             "--log-every", "1", "--out", str(run)]
+    assert cli_main(flags) == 0
+    shutil.rmtree(run / "checkpoints")  # as if it had died before its first checkpoint
+    assert cli_main(flags) == 0
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert steps == sorted(set(steps)) and steps[0] == 1
+
+
+# ---- fault 10: any error on rank 0 reaches the other ranks -------------------------------------------------------
+
+
+def test_fault10_any_error_on_rank0_is_sent_to_the_other_ranks(monkeypatch):
+    sent = []
+    monkeypatch.setattr(dist, "broadcast_object_list", lambda box, src: sent.append(list(box)))
+
+    def make():
+        raise PermissionError(13, "Permission denied", "/data/out.hdf5.parts")
+
+    with pytest.raises(PermissionError):
+        Ranks(rank=0, world=2).from_rank0(make)
+    assert len(sent) == 1 and sent[0][0][0] is False
+    forwarded = sent[0][0][1]
+    assert isinstance(forwarded, ElmoError)
+    assert str(forwarded) == "rank 0 failed: PermissionError: [Errno 13] Permission denied: '/data/out.hdf5.parts'"
+
+    def receive(box, src):  # rank 1 gets what rank 0 sent
+        box[0] = sent[0][0]
+
+    monkeypatch.setattr(dist, "broadcast_object_list", receive)
+    with pytest.raises(ElmoError, match="rank 0 failed: PermissionError"):
+        Ranks(rank=1, world=2).from_rank0(make)
