@@ -209,7 +209,9 @@ def test_perplexity_cli_json(tmp_path, fixture_run, capsys):
     assert cli_main(["export", str(run), "-o", str(model_dir)]) == 0
     capsys.readouterr()
     assert cli_main(["perplexity", str(model_dir), "--test", str(data), "--json", "--mode", "sentence"]) == 0
-    result = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert "perplexity" in captured.err and "tok" in captured.err  # progress on stderr, even with --json
     direct = perplexity(*load_run(run)[:2], [str(data)], mode="sentence")
     assert set(result) >= {"forward", "backward", "average", "tokens"}
     assert result["tokens"] == 134 + len(data.read_text().splitlines())  # words + one </S> per sentence

@@ -74,6 +74,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int)
     p.add_argument("--json", action="store_true", help="print one JSON object: forward, backward, average, tokens")
+    p.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="no progress bar (it goes to stderr, so --json output on stdout stays clean)")
     p.set_defaults(func=run_perplexity)
 
     p = sub.add_parser("export", help="write a training run as a model directory in the original format")
@@ -127,7 +129,7 @@ def run_perplexity(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     model, vocab = load_for_scoring(args.model, args.vocab)
     result = perplexity(model, vocab, args.test, mode=args.mode, batch_size=args.batch_size, unroll=args.unroll_steps,
-                        device=args.device, progress=not args.json and sys.stderr.isatty())
+                        device=args.device, progress=args.progress)
     if args.json:
         print(json.dumps(result))
     else:
