@@ -1,4 +1,4 @@
-"""`elmo embed` on one process: the layout of doc 6.2, the new options, and bad input."""
+"""`elmo embed` on one process: the layout of docs/format.md 6.2, the new options, and bad input."""
 
 import json
 import os

@@ -1,4 +1,4 @@
-"""Embed a text file into HDF5 in the layout of AllenNLP's former `allennlp elmo` command (doc 6.2).
+"""Embed a text file into HDF5 in the layout of AllenNLP's former `allennlp elmo` command (docs/format.md 6.2).
 
 `OutputSpec` says what one line's dataset holds (layers, pooling, dtype, compression); it is shared by
 the direct writer here (library, `ElmoEmbedder.embed_file`, `--stateful`) and the part files of

@@ -5,7 +5,7 @@ The input is cut into blocks of `part_lines` lines. Each block becomes one part 
 line number and a header attribute naming the model (a hash of its weights), the input (a hash of
 its bytes) and the output settings. Rank 0 plans which blocks are missing, every rank embeds its
 contiguous share of them, and rank 0 joins all parts, in line order, into one HDF5 in the layout of
-doc 6.2. A crash loses at most the block each rank was writing; `resume=True` keeps the finished
+docs/format.md 6.2. A crash loses at most the block each rank was writing; `resume=True` keeps the finished
 parts, after checking that they come from the same model, input and settings.
 
 Each block is embedded from its first line, so the batches, and therefore the vectors to the last

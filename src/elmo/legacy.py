@@ -31,7 +31,7 @@ class ElmoEmbedder:
     With no files it loads the bundled default model (0.9 downloaded the original one).
 
     **Stateless by default, unlike 0.9.** 0.9 carried the LSTM state from call to call, per batch
-    row (doc 4.8), so the same sentence gave different vectors each time, and results depended on
+    row (docs/format.md 4.8), so the same sentence gave different vectors each time, and results depended on
     batch size, order and everything embedded before (allennlp #1169, #2092, #2643, ...). Here every
     call starts from zero state: a sentence's vectors depend only on the sentence. Pass
     `stateful=True` to get 0.9's behaviour exactly (state per row, carried between calls; reset
@@ -82,7 +82,7 @@ class ElmoEmbedder:
     def embed_file(self, input_file: IO | str | os.PathLike, output_file_path: str | os.PathLike,
                    output_format: str = "all", batch_size: int = DEFAULT_BATCH_SIZE, forget_sentences: bool = False,
                    use_sentence_keys: bool = False) -> None:
-        """HDF5 with one dataset per line, keyed by line number (or sentence), as 0.9 wrote it (doc 6.2).
+        """HDF5 with one dataset per line, keyed by line number (or sentence), as 0.9 wrote it (docs/format.md 6.2).
 
         Like 0.9, an open `input_file` is read to the end and closed.
         """

@@ -1,4 +1,4 @@
-"""options.json: the biLM's hyper-parameters (doc section 3.1), read and checked once."""
+"""options.json: the biLM's hyper-parameters (docs/format.md section 3.1), read and checked once."""
 
 from __future__ import annotations
 

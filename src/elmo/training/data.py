@@ -1,4 +1,4 @@
-"""Corpus reading and batching as bilm-tf does it (doc section 7, "Batching").
+"""Corpus reading and batching as bilm-tf does it (docs/format.md section 7, "Batching").
 
 A `SentenceSource` yields sentences in a seeded, shuffled order that can be resumed exactly from a
 small position record; it never holds more than one chunk of lines. `StreamBatcher` packs

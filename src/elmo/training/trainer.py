@@ -1,4 +1,4 @@
-"""`elmo train`: bilm-tf's recipe (doc section 7) as a plain torch loop, resumable bit for bit.
+"""`elmo train`: bilm-tf's recipe (docs/format.md section 7) as a plain torch loop, resumable bit for bit.
 
 A run directory holds options.json (the architecture plus bilm-tf's training keys, as bilm-tf
 writes it), run.json (our settings), vocab.txt, metrics.jsonl and checkpoints/. A checkpoint holds
