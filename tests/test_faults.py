@@ -189,6 +189,7 @@ def test_fault7_a_pipe_as_input_is_refused_before_any_work(tmp_path, allennlp_di
     assert sorted(os.listdir(tmp_path)) == ["pipe"]
 
 
+@pytest.mark.slow  # a second interpreter; the FIFO test above checks the same in process
 def test_fault7_stdin_from_a_pipe_is_refused(tmp_path, corpus, allennlp_dir):
     with subprocess.Popen(["cat", str(corpus)], stdout=subprocess.PIPE) as cat:
         done = subprocess.run([sys.executable, "-m", "elmo", "embed", "/dev/stdin", str(tmp_path / "o.hdf5"),

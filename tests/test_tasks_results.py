@@ -40,6 +40,7 @@ def test_skeleton_has_no_numbers_of_ours(tmp_path):
     assert all((tmp_path / "docs" / f"results_{n}.png").exists() for n in ("lowres", "probes", "layer_weights", "ptb"))
 
 
+@pytest.mark.slow  # end-to-end: 12 task runs
 def test_smoke_grid(tmp_path):
     need(ALLENNLP)
     need(DATA / "conll2003")
