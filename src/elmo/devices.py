@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from typing import TypeVar
 
 import torch
 
@@ -28,6 +30,17 @@ def check_device(requested: str | torch.device, flag: str = "device") -> torch.d
             raise InputError(f"{flag} {text}: this machine has {torch.cuda.device_count()} GPU(s), cuda:0.."
                              f"cuda:{torch.cuda.device_count() - 1}")
     return device
+
+
+T = TypeVar("T")
+
+
+def move_tensors(batch: T, device: str | torch.device) -> T:
+    """A copy of a dataclass batch with every tensor field on `device` (None and other fields kept):
+    one way for the training windows and the task batches."""
+    moved = {f.name: value.to(device, non_blocking=True) for f in dataclasses.fields(batch)
+             if isinstance(value := getattr(batch, f.name), torch.Tensor)}
+    return dataclasses.replace(batch, **moved)
 
 
 def local_rank() -> int:

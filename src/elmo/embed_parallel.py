@@ -16,7 +16,6 @@ the `sentence_to_index` dict built during the join (one entry per distinct sente
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import itertools
 import json
 import os
@@ -34,7 +33,7 @@ from tqdm import tqdm
 from .embed_file import OutputSpec, check_input, check_output, check_sentence_key, link_plist, write_index
 from .embedder import Embedder, check_batch_size
 from .errors import ElmoError, InputError, OutputError
-from .fileio import hdf5_output, iter_lines
+from .fileio import hash_file, hdf5_output, iter_lines
 from .weights import model_fingerprint
 
 PART_ATTR = "elmo_part"
@@ -144,11 +143,7 @@ def scan_input(path: str, part_lines: int, use_sentence_keys: bool) -> tuple[dic
         if use_sentence_keys:
             check_sentence_key(seen, text.strip(), path, number)
             seen.add(text.strip())
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return {"sha256": digest.hexdigest(), "lines": blocks[-1][1] if blocks else 0}, blocks, tokens
+    return {"sha256": hash_file(path).hexdigest(), "lines": blocks[-1][1] if blocks else 0}, blocks, tokens
 
 
 def make_plan(embedder: Embedder, input_file: str, output_file: str, spec: OutputSpec, part_lines: int,

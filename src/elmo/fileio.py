@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import gzip
+import hashlib
 import io
 import os
 import tempfile
@@ -45,18 +46,27 @@ def _umask() -> int:
     return mask
 
 
-def check_file(path: str | os.PathLike, what: str = "a text file", regular: bool = False) -> str:
+def check_file(path: str | os.PathLike, what: str = "a text file", regular: bool = False, noun: str = "file") -> str:
     """`path` as a str, if it names an existing file (with `regular`, not a pipe or device, which can be
-    read only once); else an `InputError` saying what it is instead."""
+    read only once); else an `InputError` saying what it is instead ("<path>: <noun> not found")."""
     path = os.fspath(path)
     if os.path.isdir(path):
         raise InputError(f"{path}: is a directory, expected {what}")
     if not os.path.exists(path):
-        raise InputError(f"{path}: file not found")
+        raise InputError(f"{path}: {noun} not found")
     if regular and not os.path.isfile(path):
         raise InputError(f"{path}: not a regular file (a pipe or a device can be read only once, and this command "
                          "reads its input more than once); save it to a file first")
     return path
+
+
+def hash_file(path: str | os.PathLike, digest=None):
+    """Feed a file's bytes to `digest` (a new sha256 by default) in 1 MB chunks; memory does not grow."""
+    digest = hashlib.sha256() if digest is None else digest
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest
 
 
 def invalid_utf8(source: str, number: int, raw: bytes, error: UnicodeDecodeError) -> InputError:

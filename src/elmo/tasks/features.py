@@ -22,7 +22,7 @@ import numpy as np
 from ..embed_file import embed_file
 from ..embedder import Embedder
 from ..errors import InputError
-from ..fileio import atomic_path
+from ..fileio import atomic_path, check_file, hash_file
 from ..models import ModelFiles, resolve_model
 
 
@@ -40,8 +40,7 @@ class ElmoSpec:
             if not (options and weights):
                 raise InputError("--options and --weights go together")
             for p in (options, weights):
-                if not os.path.isfile(p):
-                    raise InputError(f"{p}: file not found")
+                check_file(p, "a model file")
             return cls(os.path.abspath(options), os.path.abspath(weights), None)
         files: ModelFiles = resolve_model(model or "default")
         return cls(str(files.options_file), str(files.weight_file), model)
@@ -68,9 +67,7 @@ def _file_hash(options_file: str, weight_file: str, mtime: float, size: int) -> 
     """Hashed once per process and file version: a real weight file is hundreds of MB."""
     h = hashlib.sha256()
     for path in (options_file, weight_file):
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
+        hash_file(path, h)
     return h.hexdigest()[:16]
 
 

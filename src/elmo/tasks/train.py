@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from ..devices import move_tensors
 from ..errors import InputError
 from ..fileio import atomic_path
 from .classifier import SentenceClassifier
@@ -213,13 +214,7 @@ def run_task(opts: TrainOptions, metrics_path: str | None = None) -> dict:
 
 
 def _to(batch, device):
-    if str(device) == "cpu":
-        return batch
-    for name in ("words", "chars", "mask", "elmo", "targets"):
-        value = getattr(batch, name)
-        if value is not None:
-            setattr(batch, name, value.to(device))
-    return batch
+    return batch if str(device) == "cpu" else move_tensors(batch, device)
 
 
 def save_checkpoint(path: str, model, cfg: ModelConfig, vocab_words: list[str], opts: TrainOptions, metrics: dict) -> None:
