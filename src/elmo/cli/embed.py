@@ -10,7 +10,7 @@ from ..embed_file import COMPRESSIONS, DTYPES, POOLS, OutputSpec, check_input, c
 from ..embed_parallel import Ranks, embed_corpus
 from ..embedder import Embedder, check_batch_size
 from ..errors import InputError
-from ..models import resolve_model
+from ..models import choose_model
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,16 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def load_embedder(args: argparse.Namespace) -> Embedder:
     check_batch_size(args.batch_size, "--batch-size")
-    if (args.options is None) != (args.weights is None):
-        raise InputError("--options and --weights go together")
-    if args.options and args.model:
-        raise InputError("give either --model or --options/--weights, not both")
     check_device(args.device, "--device")
-    if args.options:
-        return Embedder.from_files(args.options, args.weights, stateful=args.stateful, device=args.device,
-                                   batch_size=args.batch_size, bf16=args.bf16)
-    return Embedder.from_model(resolve_model(args.model or "default"), stateful=args.stateful, device=args.device,
-                               batch_size=args.batch_size, bf16=args.bf16)
+    return Embedder.from_model(choose_model(args.model, args.options, args.weights), stateful=args.stateful,
+                               device=args.device, batch_size=args.batch_size, bf16=args.bf16)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -22,8 +22,8 @@ import numpy as np
 from ..embed_file import embed_file
 from ..embedder import Embedder
 from ..errors import InputError
-from ..fileio import atomic_path, check_file, hash_file
-from ..models import ModelFiles, resolve_model
+from ..fileio import atomic_path, hash_file
+from ..models import ModelFiles, choose_model
 
 
 @dataclass(frozen=True)
@@ -36,14 +36,8 @@ class ElmoSpec:
 
     @classmethod
     def resolve(cls, model: str | None = None, options: str | None = None, weights: str | None = None) -> ElmoSpec:
-        if options or weights:
-            if not (options and weights):
-                raise InputError("--options and --weights go together")
-            for p in (options, weights):
-                check_file(p, "a model file")
-            return cls(os.path.abspath(options), os.path.abspath(weights), None)
-        files: ModelFiles = resolve_model(model or "default")
-        return cls(str(files.options_file), str(files.weight_file), model)
+        files: ModelFiles = choose_model(model, options, weights)
+        return cls(os.path.abspath(files.options_file), os.path.abspath(files.weight_file), model)
 
     def embedder(self, batch_size: int = 32, device: str = "cpu") -> Embedder:
         return Embedder.from_files(self.options_file, self.weight_file, device=device, batch_size=batch_size)
