@@ -109,7 +109,7 @@ def run_task(opts: TrainOptions, metrics_path: str | None = None) -> dict:
     if opts.task not in TASKS:
         raise InputError(f"unknown task {opts.task!r}; expected one of {', '.join(TASKS)}")
     if opts.elmo is None and opts.static is None and opts.char_filters == 0:
-        raise InputError("nothing to feed the model: give --elmo, --static or a char CNN")
+        raise InputError("nothing to feed the model: give --model, --static or a char CNN")
     for name in ("epochs", "patience", "eval_every"):
         if getattr(opts, name) < 1:
             raise InputError(f"--{name.replace('_', '-')} must be at least 1, found {getattr(opts, name)}")
