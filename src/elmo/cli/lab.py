@@ -29,9 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a learned layer mix for panel 3: a task model folder or JSON with scalar_parameters "
                    "and gamma (repeatable)")
     p.add_argument("--results", metavar="PATH", help="measured results for panel 7: the task runs' metrics folder, "
-                   "docs/results.md or a JSON file (default: the first of docs/results.json, runs/results/, "
-                   "docs/results.md in the checkout)")
-    p.add_argument("--data", metavar="DIR", help="the shared data folder (default: ../shared/data beside the checkout)")
+                   "docs/results.md or a JSON file (default: $ELMO_RESULTS, else the first of docs/results.json, "
+                   "runs/results/, docs/results.md in the current folder)")
+    p.add_argument("--data", metavar="DIR", help="the shared data folder (default: $ELMO_DATA, $ELMO_SHARED/data, "
+                   "else ../shared/data beside the current folder)")
     p.add_argument("--reference-size", choices=sorted(SIZES), default="default",
                    help="how many real sentences to embed for neighbours and panel 5 (cached after the first start)")
     p.add_argument("--cache-dir", help="where the embedded reference set is cached (default: ~/.cache/elmo/lab)")

@@ -35,12 +35,12 @@ WORDNET = Path("wordnet30/dict")
 
 def find_data_dir(explicit: str | os.PathLike | None = None) -> Path | None:
     """The shared data folder: --data, $ELMO_DATA, $ELMO_SHARED/data, or ../shared/data beside the
-    checkout this package runs from (or beside the current directory)."""
+    current folder (a checkout). Never guessed from where the package lives: installed, that is
+    site-packages."""
     candidates = [explicit, os.environ.get("ELMO_DATA")]
     if os.environ.get("ELMO_SHARED"):
         candidates.append(Path(os.environ["ELMO_SHARED"]) / "data")
-    repo = Path(__file__).resolve().parents[3]
-    candidates += [repo.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]
+    candidates.append(Path.cwd().parent / "shared" / "data")
     for c in candidates:
         if c and Path(c).is_dir():
             return Path(c)

@@ -37,22 +37,23 @@ TASK_NAMES = {"ner": "NER", "sst5": "SST-5", "pos": "POS"}
 
 
 def find_results(explicit: str | os.PathLike | None = None) -> Path | None:
-    """--results, or the first of docs/results.json, runs/results/, docs/results.md in the checkout this
-    package runs from (or in the current folder)."""
-    if explicit:
-        return Path(explicit)
-    for root in (Path(__file__).resolve().parents[3], Path.cwd()):
-        for candidate in (root / "docs" / "results.json", root / "runs" / "results", root / "docs" / "results.md"):
-            if candidate.exists():
-                return candidate
+    """--results, $ELMO_RESULTS, or the first of docs/results.json, runs/results/, docs/results.md in the
+    current folder (a checkout). Never guessed from where the package lives: installed, that is
+    site-packages."""
+    if explicit or os.environ.get("ELMO_RESULTS"):
+        return Path(explicit or os.environ["ELMO_RESULTS"])
+    root = Path.cwd()
+    for candidate in (root / "docs" / "results.json", root / "runs" / "results", root / "docs" / "results.md"):
+        if candidate.exists():
+            return candidate
     return None
 
 
 def shown_path(path: Path) -> str:
-    """A path as the page shows it: relative to the checkout when inside it, so no machine's layout leaks."""
-    repo = Path(__file__).resolve().parents[3]
+    """A path as the page shows it: relative to the current folder when inside it, so no machine's layout
+    leaks."""
     try:
-        return os.fspath(path.resolve().relative_to(repo))
+        return os.fspath(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return os.fspath(path)
 
