@@ -20,7 +20,7 @@ from ..models import choose_model
 from ..weights import load_bilm
 from . import results as results_mod
 from .lm_head import LMHead
-from .task_models import MixPreset, TaggerView, load_preset, load_tagger
+from .task_models import MixPreset, TaggerView, load_preset, tagger_view
 
 NO_TAGGERS = "not available yet: no NER taggers were given (train them with `elmo task train ner ... --save " \
              "FILE`, then start the lab with --ner FILE and --ner-baseline FILE)"
@@ -94,9 +94,9 @@ class LabModels:
         head = LMHead.from_files(vocab, softmax, bilm.config.projection_dim) if vocab else None
         taggers = {}
         if ner:
-            taggers["elmo"] = load_tagger(ner)
+            taggers["elmo"] = tagger_view(ner)
         if ner_baseline:
-            taggers["baseline"] = load_tagger(ner_baseline)
+            taggers["baseline"] = tagger_view(ner_baseline)
         mixes = [load_preset(n, p) for n, p in presets]
         if "elmo" in taggers and not any(p.name == "NER" for p in mixes):
             learned = taggers["elmo"].mix("NER")
