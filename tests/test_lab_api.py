@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sys
 import types
 
 import numpy as np
@@ -168,9 +167,8 @@ def test_panel4_without_taggers_shows_elmo_part_and_why(client, embedder):
 
 
 def test_panel4_and_3_with_task_models(lab, files, monkeypatch, tmp_path):
-    fake = types.ModuleType("elmo.tasks")
-    fake.load_tagger = lambda path: CapitalisedTagger(with_parts="parts" in str(path))
-    monkeypatch.setitem(sys.modules, "elmo.tasks", fake)
+    import elmo.lab.task_models
+    monkeypatch.setattr(elmo.lab.task_models, "load_tagger", lambda path: CapitalisedTagger("parts" in str(path)))
     pos_mix = {"scalar_mix": {"input": {"weights": [0.6, 0.3, 0.1], "gamma": 0.5}}}
     (tmp_path / "pos.json").write_text(json.dumps(pos_mix))
     with_tasks = LabModels.load(options=str(files.options), weights=str(files.weights), ner="ner-parts",
