@@ -9,6 +9,7 @@ import os
 import torch
 
 from ..errors import InputError
+from . import settings_from_args
 
 
 def _add_elmo_args(p: argparse.ArgumentParser, allow_none: bool) -> None:
@@ -128,13 +129,7 @@ def run_train(args) -> int:
     static = None if args.static in (None, "none") else args.static
     if static and not os.path.isfile(static):
         raise InputError(f"{static}: static vectors not found (train them with `elmo static train`)")
-    opts = TrainOptions(task=args.task, train=args.train, dev=args.dev, test=args.test, elmo=_elmo_spec(args, True),
-                        static=static, output_mix=args.output_mix, train_fraction=args.train_fraction, seed=args.seed,
-                        epochs=args.epochs, patience=args.patience, eval_every=args.eval_every,
-                        batch_size=args.batch_size, lr=args.lr,
-                        hidden=args.hidden, num_layers=args.num_layers, dropout=args.dropout,
-                        char_filters=args.char_filters, limit=args.limit, cache_dir=args.cache_dir, save=args.save,
-                        device=args.device)
+    opts = settings_from_args(TrainOptions, args, elmo=_elmo_spec(args, True), static=static)
     _write(args, run_task(opts))
     return 0
 
