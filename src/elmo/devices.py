@@ -50,5 +50,10 @@ def local_rank() -> int:
 def rank_device(requested: str, world: int) -> str:
     """Under torchrun, a bare "cuda" means one GPU per local rank (round-robin when there are fewer GPUs)."""
     if requested == "cuda" and world > 1 and torch.cuda.is_available():
-        return f"cuda:{local_rank() % torch.cuda.device_count()}"
+        return str(gpu_of_rank(local_rank()))
     return requested
+
+
+def gpu_of_rank(rank: int) -> torch.device:
+    """The GPU of a local rank: ranks share GPUs round-robin when there are fewer GPUs than ranks."""
+    return torch.device("cuda", rank % torch.cuda.device_count())
