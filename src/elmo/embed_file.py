@@ -158,7 +158,7 @@ def check_output(output_file: str | os.PathLike, overwrite: bool, input_file: st
     return output_file
 
 
-def read_sentences(path: str | os.PathLike) -> Iterator[tuple[int, list[str]]]:
+def line_tokens(path: str | os.PathLike) -> Iterator[tuple[int, list[str]]]:
     """(line number, whitespace tokens) per line; invalid UTF-8 is an error naming the line."""
     for number, line in iter_lines(path):
         yield number, line.split()
@@ -166,7 +166,7 @@ def read_sentences(path: str | os.PathLike) -> Iterator[tuple[int, list[str]]]:
 
 def count_tokens(path: str | os.PathLike) -> tuple[int, int]:
     lines = tokens = 0
-    for _, tokens_of_line in read_sentences(path):
+    for _, tokens_of_line in line_tokens(path):
         lines += 1
         tokens += len(tokens_of_line)
     return lines, tokens

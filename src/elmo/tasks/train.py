@@ -207,7 +207,7 @@ def run_task(opts: TrainOptions, metrics_path: str | None = None) -> dict:
     for cache in caches.values():
         cache.close()
     if opts.save:
-        save_checkpoint(opts.save, model, cfg, vocab_words, opts, metrics)
+        save_task_model(opts.save, model, cfg, vocab_words, opts, metrics)
     if metrics_path:
         write_json(metrics_path, metrics)
     return metrics
@@ -217,7 +217,7 @@ def _to(batch, device):
     return batch if str(device) == "cpu" else move_tensors(batch, device)
 
 
-def save_checkpoint(path: str, model, cfg: ModelConfig, vocab_words: list[str], opts: TrainOptions, metrics: dict) -> None:
+def save_task_model(path: str, model, cfg: ModelConfig, vocab_words: list[str], opts: TrainOptions, metrics: dict) -> None:
     """Everything `load_task_model` needs, including the learned scalar-mix weights (presets for the lab)."""
     state = {
         "format": CHECKPOINT_FORMAT,
