@@ -104,6 +104,51 @@ def test_fault1_failed_write_in_the_join_keeps_the_parts_for_resume(tmp_path, co
     assert sorted(os.listdir(tmp_path)) == ["corpus.txt", "out.hdf5"]
 
 
+
+def _h5_equal(a, b):
+    import h5py
+    import numpy as np
+    with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
+        assert set(fa) == set(fb)
+        for key in fa:
+            assert np.array_equal(fa[key][()], fb[key][()])
+
+
+def test_fault1_join_with_less_room_than_the_output_removes_each_part_once_copied(small_disk, corpus, allennlp_dir,
+                                                                                    capsys, tmp_path):
+    """Parts ~1.0 MB, OUTPUT ~1.0 MB, 1.7 MB of disk: the join fits only by consuming the parts."""
+    subprocess.run(["mount", "-o", "remount,size=1700k", str(small_disk)], check=True)
+    reference = tmp_path / "reference.hdf5"
+    flags = [*model_args(allennlp_dir), "--part-lines", "40"]
+    assert cli_main(["embed", str(corpus), str(reference), *flags]) == 0
+    capsys.readouterr()
+    out = small_disk / "out.hdf5"
+    assert cli_main(["embed", str(corpus), str(out), *flags]) == 0
+    assert "each part is removed once it is copied" in capsys.readouterr().err
+    assert os.listdir(small_disk) == ["out.hdf5"]
+    _h5_equal(out, reference)
+
+
+def test_fault1_consuming_join_without_root(tmp_path, corpus, allennlp_dir, capsys, monkeypatch):
+    """The same decision with a simulated disk: plenty of room to embed, 0.6 MB left for the join."""
+    import elmo.embed_parallel as ep
+    real = shutil.disk_usage
+    calls = []
+
+    def usage(path):
+        calls.append(path)
+        return real(path)._replace(free=10**10 if len(calls) == 1 else 600_000)
+
+    reference, out = tmp_path / "reference.hdf5", tmp_path / "out.hdf5"
+    flags = [*model_args(allennlp_dir), "--part-lines", "40"]
+    assert cli_main(["embed", str(corpus), str(reference), *flags]) == 0
+    monkeypatch.setattr(ep.shutil, "disk_usage", usage)
+    capsys.readouterr()
+    assert cli_main(["embed", str(corpus), str(out), *flags]) == 0
+    assert "each part is removed once it is copied" in capsys.readouterr().err
+    assert not (tmp_path / "out.hdf5.parts").exists()
+    _h5_equal(out, reference)
+
 def _env():
     return dict(os.environ, PYTHONPATH=str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
                 OMP_NUM_THREADS="1")

@@ -179,31 +179,43 @@ def megabytes(n: int) -> str:
 
 
 def check_free_space(plan: Plan, spec: OutputSpec, embedder: Embedder, output_file: str) -> None:
-    """Refuse at once a run whose parts and joined file cannot fit beside OUTPUT (uncompressed output only).
+    """Refuse at once a run whose parts cannot fit beside OUTPUT (uncompressed output only).
 
-    The parts stay on disk until the join has finished, so the peak is the missing parts plus OUTPUT.
+    The missing parts, plus one part's worth for the join (which, when space is short, removes each
+    part once it is copied: see `join_keeps_parts`).
     """
     def estimate(blocks: list[int]) -> int:
         lines = sum(plan.blocks[b][1] - plan.blocks[b][0] for b in blocks)
         tokens = sum(plan.tokens[b] for b in blocks)
         return spec.estimate_bytes(embedder.bilm.num_layers, embedder.bilm.output_dim(), lines, tokens) or 0
 
-    parts, joined = estimate(plan.todo), estimate(list(range(len(plan.blocks))))
+    parts = estimate(plan.todo)
+    largest = max((estimate([b]) for b in range(len(plan.blocks))), default=0)
     free = shutil.disk_usage(os.path.dirname(os.path.abspath(output_file))).free
-    if parts + joined > free:
-        raise OutputError(f"{output_file}: needs at least {megabytes(parts + joined)} free beside it ({megabytes(parts)} "
-                          f"of parts, then {megabytes(joined)} for the joined file), {megabytes(free)} are free; free "
-                          "space, write OUTPUT elsewhere, or store less (--dtype float16, --layers, --top, --pool)")
+    if parts + largest > free:
+        raise OutputError(f"{output_file}: needs at least {megabytes(parts + largest)} free beside it "
+                          f"({megabytes(parts)} of parts, and {megabytes(largest)} to join them), {megabytes(free)} "
+                          "are free; free space, write OUTPUT elsewhere, or store less (--dtype float16, --layers, "
+                          "--top, --pool)")
 
 
-def check_join_space(plan: Plan, output_file: str) -> None:
-    """The joined file is about as big as its parts, which are removed only after it is complete."""
-    need = sum(os.path.getsize(plan.part_path(b)) for b in range(len(plan.blocks)))
+def join_keeps_parts(plan: Plan, output_file: str) -> bool:
+    """Whether the join can keep every part until OUTPUT is complete (it is about their size).
+
+    If not, each part is removed as soon as its lines are copied, so the join needs one part's worth
+    of space, not OUTPUT's; the price is that a join that fails then must re-embed the parts it had
+    copied (--resume does). Neither fits: an error, with the parts kept.
+    """
+    sizes = [os.path.getsize(plan.part_path(b)) for b in range(len(plan.blocks))]
     free = shutil.disk_usage(os.path.dirname(os.path.abspath(output_file))).free
-    if need > free:
-        raise OutputError(f"{output_file}: joining the parts needs about {megabytes(need)} free beside it, "
-                          f"{megabytes(free)} are free; the finished parts are kept in {plan.parts_dir}: free space "
-                          "and run the same command with --resume to join them")
+    if sum(sizes) <= free:
+        return True
+    need = int(1.1 * max(sizes, default=0)) + (64 << 10)  # HDF5 overhead differs a little between files
+    if need <= free:
+        return False
+    raise OutputError(f"{output_file}: joining the parts needs at least {megabytes(need)} free beside it, "
+                      f"{megabytes(free)} are free; the finished parts are kept in {plan.parts_dir}: free space "
+                      "and run the same command with --resume to join them")
 
 
 def part_is_done(plan: Plan, block: int) -> bool:
@@ -282,7 +294,10 @@ def join_parts(input_file: str, output_file: str, plan: Plan, spec: OutputSpec, 
     if missing:
         raise InputError(f"{missing[0]}: missing ({len(missing)} part(s) in all) after every rank finished; with "
                          "several nodes, OUTPUT must be on a filesystem that all of them share")
-    check_join_space(plan, output_file)
+    keep_parts = join_keeps_parts(plan, output_file)
+    if not keep_parts:
+        tqdm.write("elmo embed: too little space to keep the parts until OUTPUT is complete; each part is removed "
+                   "once it is copied (if the join fails, --resume re-embeds those)", file=sys.stderr)
     keep_index = not (forget_sentences or use_sentence_keys)
     texts: dict[str, str] = {}
     part = None
@@ -294,6 +309,8 @@ def join_parts(input_file: str, output_file: str, plan: Plan, spec: OutputSpec, 
                 if number % plan.part_lines == 0:
                     if part is not None:
                         part.close()
+                        if not keep_parts:  # its lines are in OUTPUT now
+                            os.remove(plan.part_path(number // plan.part_lines - 1))
                     part = h5py.File(plan.part_path(number // plan.part_lines), "r")
                 sentence = text.strip()
                 key = sentence if use_sentence_keys else str(number)
