@@ -223,6 +223,17 @@ def test_fault5_unknown_device_is_one_line(tmp_path, corpus, allennlp_dir, capsy
     assert sorted(os.listdir(tmp_path)) == ["corpus.txt"]
 
 
+
+@pytest.mark.parametrize("command", [
+    ["perplexity", "default", "--test", str(REPO / "examples" / "sentences.txt")],
+    ["task", "train", "ner", "--train", "t", "--dev", "d", "--test", "e", "--model", "none"],
+    ["train", "--train", "t", "--vocab", "v", "--out", "o"],
+])
+def test_fault5_every_command_checks_its_device(command, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli_main([*command, "--device", "meta"]) == 2
+    one_line_error(capsys, "--device meta: expected cpu, cuda or cuda:N")
+
 # ---- faults 7 and 8: INPUT that is a pipe, OUTPUT that is INPUT --------------------------------------------------
 
 

@@ -8,6 +8,7 @@ import os
 
 import torch
 
+from ..devices import check_device
 from ..errors import InputError
 from . import settings_from_args
 
@@ -126,6 +127,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_train(args) -> int:
     from ..tasks.train import TrainOptions, run_task
     _setup(args)
+    check_device(args.device, "--device")
     static = None if args.static in (None, "none") else args.static
     if static and not os.path.isfile(static):
         raise InputError(f"{static}: static vectors not found (train them with `elmo static train`)")

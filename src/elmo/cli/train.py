@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from ..devices import check_device
 from ..errors import InputError
 from ..options import read_options
 
@@ -125,6 +126,7 @@ def run_perplexity(args: argparse.Namespace) -> int:
 
     if args.batch_size <= 0 or args.unroll_steps <= 0:
         raise InputError("--batch-size and --unroll-steps must be positive")
+    check_device(args.device, "--device")
     if args.threads:
         torch.set_num_threads(args.threads)
     model, vocab = load_for_scoring(args.model, args.vocab)
