@@ -105,6 +105,34 @@ def test_fault1_failed_write_in_the_join_keeps_the_parts_for_resume(tmp_path, co
 
 
 
+
+RANK0_FAILS = """
+import sys
+from elmo.embed_parallel import Ranks
+from elmo.errors import ElmoError
+ranks = Ranks.from_env()
+def make():
+    raise PermissionError(13, "Permission denied", "/data/out.hdf5.parts")
+try:
+    ranks.from_rank0(make)
+except ElmoError as e:
+    print(f"rank {ranks.rank}: {e}", file=sys.stderr)
+    sys.exit(3)
+finally:
+    ranks.close()
+"""
+
+
+@pytest.mark.slow  # torchrun
+def test_fault10_two_real_ranks_stop_when_rank0_fails(tmp_path):
+    script = tmp_path / "rank0_fails.py"
+    script.write_text(RANK0_FAILS)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)]
+    done = subprocess.run(cmd, env=_env(), timeout=120, capture_output=True, text=True)  # not gloo's 72 hours
+    assert done.returncode != 0
+    assert "PermissionError: [Errno 13] Permission denied: '/data/out.hdf5.parts'" in done.stderr  # rank 0's own
+    assert "rank 1: rank 0 failed: PermissionError: [Errno 13]" in done.stderr
+
 def _h5_equal(a, b):
     import h5py
     import numpy as np
