@@ -31,15 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
+from elmo.tasks.paper import PROBES, TABLE1, TASK_BENCHMARK, aggregate_runs, error_reduction
+
 REPO = Path(__file__).resolve().parents[1]
 
-# The paper's figures (Peters et al. 2018): Table 1 (test), Table 5 (WSD F1), Table 6 (PTB POS accuracy).
-PAPER = {
-    "ner": {"baseline": "90.15", "elmo": "92.22 ± 0.10", "reduction": "21%"},
-    "pos": {"baseline": "—", "elmo": "—", "reduction": "— (not in the paper's Table 1)"},
-    "sst5": {"baseline": "51.4", "elmo": "54.7 ± 0.5", "reduction": "6.8%"},
-}
-PAPER_PROBES = {("pos-ptb", 1): "97.3", ("pos-ptb", 2): "96.8", ("wsd", 1): "67.4", ("wsd", 2): "69.0"}
+# The paper's figures (Peters et al. 2018) live in the package: elmo.tasks.paper (TABLE1, PROBES).
 TASK_NAMES = {"ner": "NER (CoNLL-2003 test, span F1)", "pos": "POS (UD EWT test, UPOS accuracy)",
               "sst5": "SST-5 (test, accuracy)"}
 FRACTIONS = [0.01, 0.1, 1.0]
@@ -226,10 +222,19 @@ def mean_std(values: list[float]) -> str:
 
 def reduction(base: list[float], elmo: list[float]) -> str:
     """Relative error reduction of the means, as the paper reports it (error = 100 - score)."""
-    if not base or not elmo:
+    if not base or not elmo or statistics.mean(base) >= 100:
         return ""
-    eb, ee = 100 - statistics.mean(base), 100 - statistics.mean(elmo)
-    return f"{100 * (eb - ee) / eb:.1f}%" if eb > 0 else ""
+    return f"{error_reduction(statistics.mean(base), statistics.mean(elmo)):.1f}%"
+
+
+def paper_cells(task: str) -> tuple[str, str, str]:
+    """The paper's baseline, +ELMo (± std) and error reduction for a task, as published; dashes for POS."""
+    bench = TABLE1.get(TASK_BENCHMARK[task])
+    if bench is None:
+        return "—", "—", "— (not in the paper's Table 1)"
+    d = bench.decimals
+    elmo = f"{bench.elmo:.{d}f}" + (f" ± {bench.elmo_std:.{d}f}" if bench.elmo_std is not None else "")
+    return f"{bench.baseline:.{d}f}", elmo, f"{bench.reduction:.1f}%"
 
 
 def scores(args, task: str, arm: str, fraction: float, split: str = "test") -> list[float]:
@@ -353,9 +358,8 @@ def render(args, runs) -> str:
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for task in ("ner", "pos", "sst5"):
-        p = PAPER[task]
         b, e = scores(args, task, "static", 1.0), scores(args, task, "elmo", 1.0)
-        lines.append(f"| {TASK_NAMES[task]} | {p['baseline']} | {p['elmo']} | {p['reduction']} | {mean_std(b)} | "
+        lines.append(f"| {TASK_NAMES[task]} | {' | '.join(paper_cells(task))} | {mean_std(b)} | "
                      f"{mean_std(e)} | {reduction(b, e)} |")
     lines += ["", "The paper's baselines are different, stronger task models (and its biLM is far larger);",
               "the comparison that matters here is the two arms of each row, and the direction of the gain.", "",
@@ -385,8 +389,9 @@ def render(args, runs) -> str:
         for layer in range(args.num_layers):
             m = load(args.out, f"probe-{probe}-layer{layer}.json")
             ours = f"{m['test'][key]:.1f}" if m else ""
+            paper = f"{PROBES[(probe, layer)]:.1f}" if (probe, layer) in PROBES else "—"
             probe_rows.append((probe, layer, m["test"][key] if m else None))
-            lines.append(f"| {label} | {layer} | {PAPER_PROBES.get((probe, layer), '—')} | {ours} |")
+            lines.append(f"| {label} | {layer} | {paper} | {ours} |")
     wsd_any = next((load(args.out, f"probe-wsd-layer{k}.json") for k in range(args.num_layers)
                     if load(args.out, f"probe-wsd-layer{k}.json")), None)
     lines += ["", "WordNet first-sense baseline on ALL: paper 65.9; ours "
@@ -693,8 +698,17 @@ def main(argv=None) -> int:
     tmp = args.docs / ".results.md.tmp"
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(args.docs / "results.md")
+    write_lab_results(args)
     print(f"wrote {args.docs / 'results.md'}")
     return 0
+
+
+def write_lab_results(args) -> None:
+    """docs/results.json: Table 1's numbers for `elmo lab` (panel 7), aggregated by the package
+    (elmo.tasks.paper.aggregate_runs), so the lab never parses the Markdown back."""
+    tmp = args.docs / ".results.json.tmp"
+    tmp.write_text(json.dumps({"benchmarks": aggregate_runs(args.out)}, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(args.docs / "results.json")
 
 
 if __name__ == "__main__":

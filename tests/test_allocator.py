@@ -33,6 +33,7 @@ def run(setting: str) -> tuple[bool, int]:
     return applied == "True", int(faults)
 
 
+@pytest.mark.slow  # two subprocesses embedding with 64 MB buffers, counting page faults
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt settings of glibc; this C library is not glibc")
 def test_an_embedder_keeps_freed_memory_for_the_next_batch():
     applied, faults = run("1")

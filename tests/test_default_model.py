@@ -49,6 +49,7 @@ def test_model_files_fit_the_size_budget():
     assert files.vocab_file is not None and files.softmax_file is not None
 
 
+@pytest.mark.slow  # end-to-end on the bundled model's corpus
 def test_perplexity_on_a_test_slice_matches_the_card(card, tmp_path):
     from elmo.training.perplexity import load_for_scoring, perplexity
 
@@ -66,6 +67,7 @@ def test_perplexity_on_a_test_slice_matches_the_card(card, tmp_path):
         assert got[direction] == pytest.approx(expected[direction], rel=1e-4), direction
 
 
+@pytest.mark.slow  # end-to-end on the bundled model's corpus
 def test_senses_separate_in_layers_1_and_2_not_in_layer_0(card, embedder):
     """The seed's "bank" demonstration, measured on SemCor: >= 20 ambiguous words, >= 2 sentences per sense."""
     from elmo.tasks.contextuality import sense_margins, sense_occurrences

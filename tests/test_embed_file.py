@@ -1,4 +1,4 @@
-"""`elmo embed` on one process: the layout of doc 6.2, the new options, and bad input."""
+"""`elmo embed` on one process: the layout of docs/format.md 6.2, the new options, and bad input."""
 
 import json
 import os
@@ -10,6 +10,7 @@ import pytest
 from elmo import ElmoEmbedder, Embedder
 from elmo.cli import main as cli_main
 from elmo.embed_file import embed_file
+from elmo.errors import InputError
 
 # stripped text as the key; a duplicate (last one wins in sentence_to_index); non-ASCII; an empty line
 EXTRA = ["  The cat  sat . ", "Crème brûlée für 2 €", "", "The cat  sat ."]
@@ -237,3 +238,16 @@ def test_version_flag_prints_the_package_version(capsys):
         cli_main(["--version"])
     assert exit_info.value.code == 0
     assert capsys.readouterr().out.strip() == f"elmo {elmo.__version__}"
+
+
+def test_embed_sentences_takes_layer_numbers_like_the_cli(embedder):
+    sentences = [["The", "cat", "sat", "."], [], ["Hello"]]
+    full = list(embedder.embed_sentences(sentences))
+    picked = list(embedder.embed_sentences(sentences, layers=[1, 2]))
+    for a, b in zip(full, picked):
+        assert b.shape == (2,) + a.shape[1:]
+        np.testing.assert_array_equal(b, a[[1, 2]])
+    assert embedder.sentence_vectors(sentences[:1], layers=[2, 0]).shape == (1, 2, 32)
+    for bad in ([3], [1, 1], [], ["1"]):
+        with pytest.raises(InputError, match=r"layers must list distinct layer numbers in 0\.\.2"):
+            embedder.embed_sentences(sentences, layers=bad)

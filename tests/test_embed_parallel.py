@@ -47,6 +47,7 @@ def reference(corpus, allennlp_dir):
     return out
 
 
+@pytest.mark.slow  # torchrun
 def test_two_ranks_under_torchrun_equal_one_process(tmp_path, corpus, reference, allennlp_dir):
     out = tmp_path / "two-ranks.hdf5"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--no-python", ELMO,
@@ -58,6 +59,7 @@ def test_two_ranks_under_torchrun_equal_one_process(tmp_path, corpus, reference,
     assert sorted(os.listdir(tmp_path)) == ["two-ranks.hdf5"]  # the parts are gone
 
 
+@pytest.mark.slow  # kill and resume
 def test_sigkill_then_resume_gives_the_complete_identical_file(tmp_path, corpus, reference, allennlp_dir):
     out = tmp_path / "out.hdf5"
     parts = tmp_path / "out.hdf5.parts"

@@ -6,9 +6,9 @@ ScalarMix, numpy softmax), not against the lab's own helpers.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
-import sys
 import types
 
 import numpy as np
@@ -35,6 +35,8 @@ need_module("httpx2")
 from starlette.testclient import TestClient  # noqa: E402
 
 from elmo.lab.app import create_app  # noqa: E402
+
+LAB_URL = "http://127.0.0.1:8765"  # the lab answers only to requests that name it (Host header)
 
 
 class CapitalisedTagger:
@@ -76,7 +78,7 @@ def lab(files, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(lab):
-    return TestClient(create_app(*lab, Limits(max_body_bytes=4096, max_tokens=30, max_sentences=5)))
+    return TestClient(create_app(*lab, Limits(max_body_bytes=4096, max_tokens=30, max_sentences=5)), base_url=LAB_URL)
 
 
 @pytest.fixture(scope="module")
@@ -165,14 +167,13 @@ def test_panel4_without_taggers_shows_elmo_part_and_why(client, embedder):
 
 
 def test_panel4_and_3_with_task_models(lab, files, monkeypatch, tmp_path):
-    fake = types.ModuleType("elmo.tasks")
-    fake.load_tagger = lambda path: CapitalisedTagger(with_parts="parts" in str(path))
-    monkeypatch.setitem(sys.modules, "elmo.tasks", fake)
+    import elmo.lab.task_models
+    monkeypatch.setattr(elmo.lab.task_models, "load_tagger", lambda path: CapitalisedTagger("parts" in str(path)))
     pos_mix = {"scalar_mix": {"input": {"weights": [0.6, 0.3, 0.1], "gamma": 0.5}}}
     (tmp_path / "pos.json").write_text(json.dumps(pos_mix))
     with_tasks = LabModels.load(options=str(files.options), weights=str(files.weights), ner="ner-parts",
                                 ner_baseline="ner-base", presets=[("POS", str(tmp_path / "pos.json"))])
-    client = TestClient(create_app(with_tasks, lab[1]))
+    client = TestClient(create_app(with_tasks, lab[1]), base_url=LAB_URL)
     info = client.get("/api/info").json()
     assert [p["name"] for p in info["presets"]] == ["NER", "POS"] and info["taggers"]["why"] == ""
     r = client.post("/api/tag", json={"sentence": "John lives in Paris ."}).json()
@@ -210,7 +211,7 @@ def test_panel6_predictions_match_numpy(client, files):
 
 def test_panel6_without_softmax_says_why(lab):
     models, ref = lab
-    client = TestClient(create_app(LabModels(models.bilm, "no-lm"), ref))
+    client = TestClient(create_app(LabModels(models.bilm, "no-lm"), ref), base_url=LAB_URL)
     r = client.post("/api/directions", json={"sentence": "The cat sat ."}).json()
     assert r["available"] is False and r["why"].startswith("not available yet")
 
@@ -238,12 +239,47 @@ def test_panel7_results_beside_the_paper(client):
     ("/api/mix", {**BANK, "scalar_parameters": [0, 0], "gamma": 1}, 400, "list of 3 numbers"),
     ("/api/mix", {**BANK, "scalar_parameters": [0, 0, 0], "gamma": -1}, 400, "between 0 and 100"),
     ("/api/mix", {**BANK, "scalar_parameters": [0, 0, 0], "gamma": True}, 400, "wrong type"),
+    ("/api/tag", '{"sentence": "\\ud800"}', 400, "lone surrogate ('\\ud800')"),  # fault 4 of #28
+    ("/api/tag", "[" * 4000, 400, "nested too deeply"),
 ])
 def test_bad_input_gets_a_4xx_with_a_message(client, path, body, status, message):
     data = body if isinstance(body, str) else json.dumps(body)
     r = client.post(path, content=data.encode(), headers={"content-type": "application/json"})
     assert r.status_code == status, r.text
     assert message in r.json()["error"]
+
+
+def test_fault4_only_json_is_taken_and_only_for_this_host(client):
+    """A cross-site page can send text/plain without a preflight, and DNS rebinding sends another Host."""
+    r = client.post("/api/tag", content=b'{"sentence": "a b"}', headers={"content-type": "text/plain"})
+    assert r.status_code == 415 and "must be sent as application/json, found text/plain" in r.json()["error"]
+    for host in ("evil.example", "evil.example:8765", "127.0.0.1.evil.example"):
+        r = client.get("/api/info", headers={"host": host})
+        assert r.status_code == 400 and f"Host {host!r} is not this lab" in r.json()["error"]
+    for host in ("127.0.0.1:8765", "localhost", "[::1]:8765"):
+        assert client.get("/api/info", headers={"host": host}).status_code == 200
+
+
+def test_fault4_a_body_shorter_than_its_content_length_is_a_408(lab):
+    app = create_app(*lab, Limits(body_seconds=0.2))
+    scope = {"type": "http", "method": "POST", "path": "/api/tag", "raw_path": b"/api/tag", "query_string": b"",
+             "root_path": "", "scheme": "http", "http_version": "1.1", "server": ("127.0.0.1", 8765),
+             "client": ("127.0.0.1", 50000), "headers": [(b"host", b"127.0.0.1:8765"), (b"content-length", b"100"),
+                                                         (b"content-type", b"application/json")]}
+    first, sent = [True], []
+
+    async def receive():
+        if first.pop() if first else False:
+            return {"type": "http.request", "body": b'{"sent', "more_body": True}
+        await asyncio.sleep(3600)  # the client never sends the rest
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(asyncio.wait_for(app(scope, receive, send), 30))
+    assert sent[0]["status"] == 408
+    body = json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+    assert "did not arrive within 0.2 s (Content-Length 100)" in body["error"]
 
 
 def test_unknown_paths_and_methods_are_json_errors(client):

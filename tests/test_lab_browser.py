@@ -32,6 +32,7 @@ from elmo import Embedder, ScalarMix, batch_to_ids, load_bilm, resolve_model
 from elmo.lab.inputs import tokenize
 from elmo.lab.lm_head import LMHead
 
+pytestmark = pytest.mark.slow  # drives Chromium against a live server
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 

@@ -79,7 +79,7 @@ def test_allennlp_09_script_runs_with_only_the_import_changed(tmp_path, allennlp
 
 
 def test_stateful_reproduces_allennlp_09_state_and_fixture(allennlp_dir, fixture_sentences):
-    """stateful=True is 0.9's behaviour: state per batch row, carried between calls (doc 4.8)."""
+    """stateful=True is 0.9's behaviour: state per batch row, carried between calls (docs/format.md 4.8)."""
     elmo = ElmoEmbedder(allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5", stateful=True)
     for i in range(10):
         batch = [lst[i].split() for lst in fixture_sentences]

@@ -13,7 +13,7 @@ pytest.importorskip("gensim", reason="the static baseline needs the tasks extra 
 pytest.importorskip("seqeval", reason="span F1 needs the tasks extra (seqeval)")
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]  # end-to-end task runs
 
 
 @pytest.fixture(scope="module")

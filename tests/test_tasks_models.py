@@ -9,7 +9,7 @@ import torch
 
 from elmo.chars import batch_to_ids
 from elmo.tasks.crf import bio_constraints
-from elmo.tasks.layers import Batch, ModelConfig
+from elmo.tasks.layers import ModelConfig, TaskBatch
 from elmo.tasks.train import build_model
 
 LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
@@ -36,7 +36,7 @@ def _tagging_problem(n=12, t=6, layers=3, dim=8, seed=0):
             previous = tag
     chars = batch_to_ids([[f"w{int(w)}" for w in row[: int(n_)]] for row, n_ in zip(words, lengths)])
     chars = torch.nn.functional.pad(chars, (0, 0, 0, t - chars.shape[1]))
-    return Batch(words, chars, mask, elmo, tags)
+    return TaskBatch(words, chars, mask, elmo, tags)
 
 
 def _train(model, batch, steps=40, lr=0.02):

@@ -71,6 +71,7 @@ def fixture_run(tmp_path):
     return data, vocab, flags
 
 
+@pytest.mark.slow  # end-to-end training
 def test_tiny_model_beats_unigram_perplexity(tmp_path):
     """300 steps (one sentence per row, the default) on 2,000 sentences of a small language (each word is usually the successor of the
     previous one): held-out perplexity in both directions far below the unigram model's.
@@ -108,6 +109,7 @@ def test_tiny_model_beats_unigram_perplexity(tmp_path):
     assert result["forward"] < 0.3 * unigram and result["backward"] < 0.3 * unigram, (result, unigram)
 
 
+@pytest.mark.slow  # kill and resume
 def test_sigkill_and_resume_equals_uninterrupted(tmp_path, fixture_run):
     _, _, flags = fixture_run
     steps = ["--max-steps", "40", "--checkpoint-every", "5", "--log-every", "5"]
@@ -189,6 +191,7 @@ def test_max_minutes_stops_with_a_checkpoint_and_resume_continues(tmp_path, fixt
     assert load_checkpoint(latest_checkpoint(run))["step"] == 30
 
 
+@pytest.mark.slow  # end-to-end training
 def test_train_export_embed_round_trip(tmp_path, fixture_run):
     data, _, flags = fixture_run
     run, model_dir = tmp_path / "run", tmp_path / "model"
@@ -250,7 +253,9 @@ def test_perplexity_cli_json(tmp_path, fixture_run, capsys):
     assert cli_main(["export", str(run), "-o", str(model_dir)]) == 0
     capsys.readouterr()
     assert cli_main(["perplexity", str(model_dir), "--test", str(data), "--json", "--mode", "sentence"]) == 0
-    result = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert "perplexity" in captured.err and "tok" in captured.err  # progress on stderr, even with --json
     direct = perplexity(*load_run(run)[:2], [str(data)], mode="sentence")
     assert set(result) >= {"forward", "backward", "average", "tokens"}
     assert result["tokens"] == 134 + len(data.read_text().splitlines())  # words + one </S> per sentence
@@ -271,6 +276,7 @@ def _concat(a: Batch, b: Batch) -> Batch:
                  torch.cat([a.bwd_targets, b.bwd_targets]), torch.cat([a.mask, b.mask]), torch.cat([a.lengths, b.lengths]))
 
 
+@pytest.mark.slow  # torchrun
 @pytest.mark.skipif(not shutil.which("torchrun", path=str(Path(sys.executable).parent)), reason="needs torchrun")
 def test_torchrun_two_processes_match_one_process(tmp_path, fixture_run):
     """2 gloo ranks x 3 rows == 1 process on the same 6 rows (rank r's rows come from its shard)."""

@@ -165,3 +165,12 @@ def test_options_not_utf8_or_missing(tmp_path):
         read_options(path)
     with pytest.raises(ModelFileError, match=r"missing\.json: options file not found"):
         read_options(tmp_path / "missing.json")
+
+
+def test_save_bilm_creates_its_folder(allennlp_dir, tmp_path):
+    """The README's `save_bilm(bilm, "copy/options.json", "copy/weights.hdf5")`, pasted as written."""
+    bilm = load_bilm(allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5")
+    save_bilm(bilm, tmp_path / "copy" / "options.json", tmp_path / "copy" / "weights.hdf5")
+    again = load_bilm(tmp_path / "copy" / "options.json", tmp_path / "copy" / "weights.hdf5")
+    ids = batch_to_ids([["The", "bank"]])
+    assert torch.equal(bilm(ids).layers[2], again(ids).layers[2])

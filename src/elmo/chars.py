@@ -1,7 +1,7 @@
 """Character ids, exactly as bilm-tf's `Batcher` and AllenNLP's `batch_to_ids` make them.
 
 A token becomes 50 codes: begin-of-word, its UTF-8 bytes (at most 48), end-of-word, then the
-padding character. Every code is stored +1 so that id 0 can mean "no token here" (doc section 2).
+padding character. Every code is stored +1 so that id 0 can mean "no token here" (docs/format.md section 2).
 Any byte sequence is representable, so there is no out-of-vocabulary token.
 """
 

@@ -1,4 +1,4 @@
-"""Embed a text file into HDF5 in the layout of AllenNLP's former `allennlp elmo` command (doc 6.2).
+"""Embed a text file into HDF5 in the layout of AllenNLP's former `allennlp elmo` command (docs/format.md 6.2).
 
 `OutputSpec` says what one line's dataset holds (layers, pooling, dtype, compression); it is shared by
 the direct writer here (library, `ElmoEmbedder.embed_file`, `--stateful`) and the part files of
@@ -18,9 +18,9 @@ import h5py
 import numpy as np
 from tqdm import tqdm
 
-from .embedder import LAYER_CHOICES, Embedder, select_layers
+from .embedder import LAYER_CHOICES, Embedder, check_batch_size, select_layers
 from .errors import InputError
-from .fileio import atomic_path, iter_lines
+from .fileio import check_file, hdf5_output, iter_lines
 
 DTYPES = ("float32", "float16")
 POOLS = ("mean", "max")
@@ -92,6 +92,18 @@ class OutputSpec:
         not ~2.6 KB; plain files keep the oldest format, readable everywhere (as AllenNLP's were)."""
         return None if self.compression is None else "v110"
 
+    def estimate_bytes(self, num_layers: int, width: int, lines: int, tokens: int) -> int | None:
+        """A lower bound on the bytes that `lines` lines of `tokens` tokens take; None when compressed.
+
+        The data, plus 200 bytes of HDF5 per line (200-300 measured): enough to refuse a run that cannot
+        fit before it starts, never so much that a run that fits is refused.
+        """
+        if self.compression is not None:
+            return None
+        k = 1 if self.output_format != "all" else len(self.layers) if self.layers else num_layers
+        vectors = lines if self.pool else tokens
+        return vectors * k * width * np.dtype(self.dtype).itemsize + 200 * lines
+
     def settings(self) -> dict:
         d = asdict(self)
         d["layers"] = None if self.layers is None else list(self.layers)
@@ -125,11 +137,19 @@ def parse_layers(text: str | None) -> tuple[int, ...] | None:
         raise InputError(f"--layers expects comma-separated layer numbers such as 1,2; found {text!r}") from None
 
 
-def check_output(output_file: str | os.PathLike, overwrite: bool) -> str:
-    """OUTPUT must be a file path in an existing directory, and new unless `overwrite`."""
+def check_input(input_file: str | os.PathLike) -> str:
+    """INPUT must be a regular file: it is read more than once (to count, to plan parts, to join)."""
+    return check_file(input_file, "a text file, one sentence per line", regular=True)
+
+
+def check_output(output_file: str | os.PathLike, overwrite: bool, input_file: str | os.PathLike | None = None) -> str:
+    """OUTPUT must be a file path in an existing directory, new unless `overwrite`, and not INPUT."""
     output_file = os.fspath(output_file)
     if os.path.isdir(output_file):
         raise InputError(f"{output_file}: is a directory; OUTPUT must be a file path")
+    if input_file is not None and os.path.exists(output_file) and os.path.samefile(input_file, output_file):
+        raise InputError(f"{output_file}: is INPUT itself; --overwrite would replace the text with its vectors, "
+                         "choose another OUTPUT")
     if os.path.exists(output_file) and not overwrite:
         raise InputError(f"{output_file}: already exists (pass --overwrite to replace it)")
     directory = os.path.dirname(os.path.abspath(output_file))
@@ -138,7 +158,7 @@ def check_output(output_file: str | os.PathLike, overwrite: bool) -> str:
     return output_file
 
 
-def read_sentences(path: str | os.PathLike) -> Iterator[tuple[int, list[str]]]:
+def line_tokens(path: str | os.PathLike) -> Iterator[tuple[int, list[str]]]:
     """(line number, whitespace tokens) per line; invalid UTF-8 is an error naming the line."""
     for number, line in iter_lines(path):
         yield number, line.split()
@@ -146,7 +166,7 @@ def read_sentences(path: str | os.PathLike) -> Iterator[tuple[int, list[str]]]:
 
 def count_tokens(path: str | os.PathLike) -> tuple[int, int]:
     lines = tokens = 0
-    for _, tokens_of_line in read_sentences(path):
+    for _, tokens_of_line in line_tokens(path):
         lines += 1
         tokens += len(tokens_of_line)
     return lines, tokens
@@ -176,7 +196,9 @@ def embed_file(
     written under a temporary name and renamed at the end. See `OutputSpec` for the other options.
     """
     spec = OutputSpec(output_format, None if layers is None else tuple(layers), pool, dtype, compression)
-    output_file = check_output(output_file, overwrite)
+    check_batch_size(batch_size)
+    input_file = check_input(input_file)
+    output_file = check_output(output_file, overwrite, input_file)
     _, n_tokens = count_tokens(input_file)  # also validates UTF-8 before any work is done
     write_lines(embedder, iter_lines(input_file), output_file, spec, batch_size=batch_size,
                 forget_sentences=forget_sentences, use_sentence_keys=use_sentence_keys, progress=progress,
@@ -212,13 +234,14 @@ def write_lines(
 
     bar = tqdm(total=total_tokens, unit="tok", unit_scale=True, desc="embedding", disable=not progress,
                dynamic_ncols=True)
-    with bar, atomic_path(output_file) as tmp, h5py.File(tmp, "w", libver=spec.libver) as out:
+    with bar, hdf5_output(output_file, spec.libver) as (out, check_written):
         for vectors in embedder.embed_sentences(tokens(), layers="all", batch_size=batch_size):
             number, sentence = pending.popleft()
             key = sentence if use_sentence_keys else str(number)
             if use_sentence_keys:
                 check_sentence_key(out, key, source, number)
             spec.write(out, key, vectors)
+            check_written()
             if keep_index:
                 texts[sentence] = key
             bar.update(vectors.shape[1])

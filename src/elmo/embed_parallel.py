@@ -5,7 +5,7 @@ The input is cut into blocks of `part_lines` lines. Each block becomes one part 
 line number and a header attribute naming the model (a hash of its weights), the input (a hash of
 its bytes) and the output settings. Rank 0 plans which blocks are missing, every rank embeds its
 contiguous share of them, and rank 0 joins all parts, in line order, into one HDF5 in the layout of
-doc 6.2. A crash loses at most the block each rank was writing; `resume=True` keeps the finished
+docs/format.md 6.2. A crash loses at most the block each rank was writing; `resume=True` keeps the finished
 parts, after checking that they come from the same model, input and settings.
 
 Each block is embedded from its first line, so the batches, and therefore the vectors to the last
@@ -16,10 +16,10 @@ the `sentence_to_index` dict built during the join (one entry per distinct sente
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import itertools
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,10 +30,10 @@ import h5py
 import torch.distributed as dist
 from tqdm import tqdm
 
-from .embed_file import OutputSpec, check_output, check_sentence_key, link_plist, write_index
-from .embedder import Embedder
-from .errors import ElmoError, InputError
-from .fileio import atomic_path, iter_lines
+from .embed_file import OutputSpec, check_input, check_output, check_sentence_key, link_plist, write_index
+from .embedder import Embedder, check_batch_size
+from .errors import ElmoError, InputError, OutputError
+from .fileio import hash_file, hdf5_output, iter_lines
 from .weights import model_fingerprint
 
 PART_ATTR = "elmo_part"
@@ -71,6 +71,10 @@ class Ranks:
                 box[0] = (True, make())
             except ElmoError as e:
                 box[0] = (False, e)
+            except BaseException as e:  # e.g. OSError: the other ranks must not wait for gloo's timeout
+                box[0] = (False, ElmoError(f"rank 0 failed: {type(e).__name__}: {e}"))
+                dist.broadcast_object_list(box, src=0)
+                raise
         dist.broadcast_object_list(box, src=0)
         ok, value = box[0]
         if not ok:
@@ -139,11 +143,7 @@ def scan_input(path: str, part_lines: int, use_sentence_keys: bool) -> tuple[dic
         if use_sentence_keys:
             check_sentence_key(seen, text.strip(), path, number)
             seen.add(text.strip())
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return {"sha256": digest.hexdigest(), "lines": blocks[-1][1] if blocks else 0}, blocks, tokens
+    return {"sha256": hash_file(path).hexdigest(), "lines": blocks[-1][1] if blocks else 0}, blocks, tokens
 
 
 def make_plan(embedder: Embedder, input_file: str, output_file: str, spec: OutputSpec, part_lines: int,
@@ -152,7 +152,8 @@ def make_plan(embedder: Embedder, input_file: str, output_file: str, spec: Outpu
     if part_lines <= 0:
         raise InputError(f"--part-lines must be positive, found {part_lines}")
     spec.check_model(embedder.bilm.num_layers)
-    check_output(output_file, overwrite)
+    check_input(input_file)
+    check_output(output_file, overwrite, input_file)
     input_id, blocks, tokens = scan_input(input_file, part_lines, use_sentence_keys)
     header = {"format": PART_FORMAT, "model": model_fingerprint(embedder.bilm), "input": input_id,
               "settings": {**spec.settings(), "part_lines": part_lines}}
@@ -168,8 +169,53 @@ def make_plan(embedder: Embedder, input_file: str, output_file: str, spec: Outpu
                              "continue it, or --overwrite to start over")
     elif os.path.exists(plan.parts_dir):
         raise InputError(f"{plan.parts_dir}: exists and is not a directory; it is where the parts of OUTPUT go")
+    check_free_space(plan, spec, embedder, output_file)
     os.makedirs(plan.parts_dir, exist_ok=True)
     return plan
+
+
+def megabytes(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def check_free_space(plan: Plan, spec: OutputSpec, embedder: Embedder, output_file: str) -> None:
+    """Refuse at once a run whose parts cannot fit beside OUTPUT (uncompressed output only).
+
+    The missing parts, plus one part's worth for the join (which, when space is short, removes each
+    part once it is copied: see `join_keeps_parts`).
+    """
+    def estimate(blocks: list[int]) -> int:
+        lines = sum(plan.blocks[b][1] - plan.blocks[b][0] for b in blocks)
+        tokens = sum(plan.tokens[b] for b in blocks)
+        return spec.estimate_bytes(embedder.bilm.num_layers, embedder.bilm.output_dim(), lines, tokens) or 0
+
+    parts = estimate(plan.todo)
+    largest = max((estimate([b]) for b in range(len(plan.blocks))), default=0)
+    free = shutil.disk_usage(os.path.dirname(os.path.abspath(output_file))).free
+    if parts + largest > free:
+        raise OutputError(f"{output_file}: needs at least {megabytes(parts + largest)} free beside it "
+                          f"({megabytes(parts)} of parts, and {megabytes(largest)} to join them), {megabytes(free)} "
+                          "are free; free space, write OUTPUT elsewhere, or store less (--dtype float16, --layers, "
+                          "--top, --pool)")
+
+
+def join_keeps_parts(plan: Plan, output_file: str) -> bool:
+    """Whether the join can keep every part until OUTPUT is complete (it is about their size).
+
+    If not, each part is removed as soon as its lines are copied, so the join needs one part's worth
+    of space, not OUTPUT's; the price is that a join that fails then must re-embed the parts it had
+    copied (--resume does). Neither fits: an error, with the parts kept.
+    """
+    sizes = [os.path.getsize(plan.part_path(b)) for b in range(len(plan.blocks))]
+    free = shutil.disk_usage(os.path.dirname(os.path.abspath(output_file))).free
+    if sum(sizes) <= free:
+        return True
+    need = int(1.1 * max(sizes, default=0)) + (64 << 10)  # HDF5 overhead differs a little between files
+    if need <= free:
+        return False
+    raise OutputError(f"{output_file}: joining the parts needs at least {megabytes(need)} free beside it, "
+                      f"{megabytes(free)} are free; the finished parts are kept in {plan.parts_dir}: free space "
+                      "and run the same command with --resume to join them")
 
 
 def part_is_done(plan: Plan, block: int) -> bool:
@@ -231,11 +277,12 @@ def write_parts(embedder: Embedder, input_file: str, plan: Plan, blocks: list[in
         texts = [text for _, text in lines]
         start = plan.blocks[block][0]
         embedder.bilm.token_cache.clear()  # a block's numbers must not depend on the blocks run before it
-        with atomic_path(plan.part_path(block)) as tmp, h5py.File(tmp, "w", libver=spec.libver) as out:
+        with hdf5_output(plan.part_path(block), spec.libver) as (out, check_written):
             out.attrs[PART_ATTR] = json.dumps({**plan.header, "lines": list(plan.blocks[block])})
             sentences = (text.split() for text in texts)
             for i, vectors in enumerate(embedder.embed_sentences(sentences, layers="all", batch_size=batch_size)):
                 spec.write(out, str(start + i), vectors)
+                check_written()
                 bar.update(vectors.shape[1])
         todo.discard(block)
 
@@ -247,17 +294,23 @@ def join_parts(input_file: str, output_file: str, plan: Plan, spec: OutputSpec, 
     if missing:
         raise InputError(f"{missing[0]}: missing ({len(missing)} part(s) in all) after every rank finished; with "
                          "several nodes, OUTPUT must be on a filesystem that all of them share")
+    keep_parts = join_keeps_parts(plan, output_file)
+    if not keep_parts:
+        tqdm.write("elmo embed: too little space to keep the parts until OUTPUT is complete; each part is removed "
+                   "once it is copied (if the join fails, --resume re-embeds those)", file=sys.stderr)
     keep_index = not (forget_sentences or use_sentence_keys)
     texts: dict[str, str] = {}
     part = None
     bar = tqdm(total=plan.n_lines, unit="line", unit_scale=True, desc="joining",
                disable=not progress, dynamic_ncols=True)
     try:
-        with bar, atomic_path(output_file) as tmp, h5py.File(tmp, "w", libver=spec.libver) as out:
+        with bar, hdf5_output(output_file, spec.libver) as (out, check_written):
             for number, text in iter_lines(input_file):
                 if number % plan.part_lines == 0:
                     if part is not None:
                         part.close()
+                        if not keep_parts:  # its lines are in OUTPUT now
+                            os.remove(plan.part_path(number // plan.part_lines - 1))
                     part = h5py.File(plan.part_path(number // plan.part_lines), "r")
                 sentence = text.strip()
                 key = sentence if use_sentence_keys else str(number)
@@ -266,6 +319,7 @@ def join_parts(input_file: str, output_file: str, plan: Plan, spec: OutputSpec, 
                 except (KeyError, ValueError, RuntimeError) as e:
                     raise InputError(f"{input_file}, line {number + 1}: cannot store the sentence {key!r} as an "
                                      f"HDF5 key ({e}); drop --use-sentence-keys to key by line number") from None
+                check_written()
                 if keep_index:
                     texts[sentence] = key
                 bar.update()
@@ -286,11 +340,26 @@ def embed_corpus(embedder: Embedder, input_file: str | os.PathLike, output_file:
     Call it on every rank with the same arguments (torchrun); without torchrun, `ranks` is rank 0 of 1.
     """
     input_file, output_file = os.fspath(input_file), os.fspath(output_file)
+    check_batch_size(batch_size)
     if embedder.stateful:
         raise InputError("parts, ranks and --resume need a stateless embedder: with state carried between "
                          "batches every line depends on all earlier ones, so a run cannot be split or continued")
     plan = ranks.from_rank0(lambda: make_plan(embedder, input_file, output_file, spec, part_lines, use_sentence_keys,
                                               overwrite, resume))
+    try:
+        embed_plan(embedder, input_file, output_file, plan, spec, batch_size, forget_sentences, use_sentence_keys,
+                   progress, ranks)
+    except BaseException:
+        if ranks.rank == 0:
+            with contextlib.suppress(OSError):  # no finished part to resume from: leave nothing behind
+                os.rmdir(plan.parts_dir)
+        raise
+
+
+def embed_plan(embedder: Embedder, input_file: str, output_file: str, plan: Plan, spec: OutputSpec, batch_size: int,
+               forget_sentences: bool, use_sentence_keys: bool, progress: bool, ranks: Ranks) -> None:
+    """This rank's share of the missing parts, then (rank 0) the join."""
+    part_lines = plan.part_lines
     mine = plan.share(ranks.rank, ranks.world) if plan.todo else []
     show = progress and ranks.rank == 0
     if show:

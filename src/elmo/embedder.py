@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
 
 from .allocator import keep_freed_memory
 from .bilm import BiLM
+from .devices import check_device
+from .errors import InputError
 from .models import ModelFiles, load_model, resolve_model
 from .weights import load_bilm
 
 LAYER_CHOICES = ("all", "top", "average")
+Layers = str | Sequence[int]  # one of LAYER_CHOICES, or layer numbers such as [1, 2]
+
+
+def check_batch_size(value: object, name: str = "batch_size") -> int:
+    """A positive int: 0 made range() fail and a negative size silently yielded None per sentence."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InputError(f"{name} must be a positive integer, found {value!r}")
+    return value
 
 
 def select_layers(layers: np.ndarray, choice: str) -> np.ndarray:
@@ -39,14 +50,14 @@ class Embedder:
                  bf16: bool = False):
         """`bf16=True` runs the biLM under bfloat16 autocast (outputs stay float32): for GPUs with bf16
         units; on a CPU without native bf16 it is correct but several times slower than float32."""
+        self.device = check_device(device)
+        self.batch_size = check_batch_size(batch_size)
         if bilm is None:
             files = resolve_model("default")
             bilm = load_bilm(files.options_file, files.weight_file)
-        self.device = torch.device(device)
         if self.device.type == "cpu":
             keep_freed_memory()
         self.bilm = bilm.to(self.device).eval()
-        self.batch_size = batch_size
         self.bf16 = bf16
 
     @classmethod
@@ -81,26 +92,45 @@ class Embedder:
         layers = [layer.float().cpu() for layer in out.layers]  # (B, T+2, D) each
         return [torch.stack([layer[b, 1 : 1 + n] for layer in layers]).numpy() for b, n in enumerate(lengths)]
 
-    def embed_sentences(self, sentences: Iterable[Sequence[str]], layers: str = "all",
+    def embed_sentences(self, sentences: Iterable[Sequence[str]], layers: Layers = "all",
                         batch_size: int | None = None) -> Iterator[np.ndarray]:
-        """Yield one array per sentence, in input order: (L+1, n, D) for "all", (n, D) otherwise.
+        """Yield one array per sentence, in input order: (L+1, n, D) for "all", (n, D) for "top" and
+        "average", (k, n, D) for a list of k layer numbers such as [1, 2] (0 = token layer), as the CLI's
+        `--layers`.
 
         Reads the input lazily, a window of batches at a time, so memory stays bounded.
         """
-        if layers not in LAYER_CHOICES:
-            raise ValueError(f"layers must be one of {LAYER_CHOICES}, found {layers!r}")
-        batch_size = batch_size or self.batch_size
+        view = self.layer_view(layers)
+        batch_size = self.batch_size if batch_size is None else check_batch_size(batch_size)
+        return self._embed_lazily(sentences, view, batch_size)
+
+    def layer_view(self, layers: Layers) -> Callable[[np.ndarray], np.ndarray]:
+        """What `layers` asks for, checked before any work: (L+1, n, D) -> the array to return."""
+        if isinstance(layers, str):
+            if layers not in LAYER_CHOICES:
+                raise ValueError(f"layers must be one of {LAYER_CHOICES} or a list of layer numbers, found {layers!r}")
+            return functools.partial(select_layers, choice=layers)
+        picked = list(layers)
+        n = self.bilm.num_layers
+        if not picked or len(set(picked)) != len(picked) or not all(
+                isinstance(k, int) and not isinstance(k, bool) and 0 <= k < n for k in picked):
+            raise InputError(f"layers must list distinct layer numbers in 0..{n - 1} (0 = token layer), found {picked}")
+        return lambda arr: arr[picked]
+
+    def _embed_lazily(self, sentences: Iterable[Sequence[str]], view: Callable[[np.ndarray], np.ndarray],
+                      batch_size: int) -> Iterator[np.ndarray]:
         window = batch_size if self.stateful else batch_size * 16
         buffer: list[Sequence[str]] = []
         for sentence in sentences:
             buffer.append(sentence)
             if len(buffer) == window:
-                yield from self._embed_window(buffer, layers, batch_size)
+                yield from self._embed_window(buffer, view, batch_size)
                 buffer = []
         if buffer:
-            yield from self._embed_window(buffer, layers, batch_size)
+            yield from self._embed_window(buffer, view, batch_size)
 
-    def _embed_window(self, sentences: list[Sequence[str]], layers: str, batch_size: int) -> Iterator[np.ndarray]:
+    def _embed_window(self, sentences: list[Sequence[str]], view: Callable[[np.ndarray], np.ndarray],
+                      batch_size: int) -> Iterator[np.ndarray]:
         if self.stateful:
             order = list(range(len(sentences)))
         else:
@@ -109,7 +139,7 @@ class Embedder:
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
             for i, arr in zip(rows, self.embed_batch([sentences[i] for i in rows])):
-                results[i] = select_layers(arr, layers)
+                results[i] = view(arr)
         yield from results
 
     def sents2elmo(self, sentences: Sequence[Sequence[str]], output_layer: int = -1) -> list[np.ndarray]:
@@ -121,12 +151,13 @@ class Embedder:
         arrays = self.embed_sentences(sentences, layers="average" if output_layer == -1 else "all")
         return [arr if output_layer < 0 else arr[output_layer] for arr in arrays]
 
-    def embed_sentence(self, sentence: Sequence[str], layers: str = "all") -> np.ndarray:
-        return select_layers(self.embed_batch([sentence])[0], layers)
+    def embed_sentence(self, sentence: Sequence[str], layers: Layers = "all") -> np.ndarray:
+        return self.layer_view(layers)(self.embed_batch([sentence])[0])
 
-    def sentence_vectors(self, sentences: Sequence[Sequence[str]], layers: str = "average",
+    def sentence_vectors(self, sentences: Sequence[Sequence[str]], layers: Layers = "average",
                          batch_size: int | None = None) -> np.ndarray:
-        """One masked-mean vector per sentence: (N, L+1, D) for "all", (N, D) otherwise.
+        """One masked-mean vector per sentence: (N, L+1, D) for "all", (N, k, D) for k layer numbers,
+        (N, D) otherwise.
 
         An empty sentence gives zeros.
         """

@@ -11,3 +11,7 @@ class ModelFileError(ElmoError):
 
 class InputError(ElmoError):
     """A corpus, sentence file or other user input that cannot be used."""
+
+
+class OutputError(ElmoError):
+    """An output that cannot be written: the disk is full, or the file system refuses the write."""

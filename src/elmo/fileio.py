@@ -1,15 +1,19 @@
-"""Small file helpers: atomic writes, and reading tokenized text (plain or .gz) line by line."""
+"""Small file helpers: atomic writes (HDF5 ones safe on a full disk), and reading tokenized text line by line."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
+import hashlib
 import io
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-from .errors import InputError
+import h5py
+
+from .errors import InputError, OutputError
 
 
 @contextlib.contextmanager
@@ -42,13 +46,38 @@ def _umask() -> int:
     return mask
 
 
-def open_text(path: str | os.PathLike) -> io.TextIOBase:
-    """Open a UTF-8 text file for reading, transparently gunzipping `*.gz`; strict decoding."""
+def check_file(path: str | os.PathLike, what: str = "a text file", regular: bool = False, noun: str = "file") -> str:
+    """`path` as a str, if it names an existing file (with `regular`, not a pipe or device, which can be
+    read only once); else an `InputError` saying what it is instead ("<path>: <noun> not found")."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        raise InputError(f"{path}: is a directory, expected a text file")
+        raise InputError(f"{path}: is a directory, expected {what}")
     if not os.path.exists(path):
-        raise InputError(f"{path}: file not found")
+        raise InputError(f"{path}: {noun} not found")
+    if regular and not os.path.isfile(path):
+        raise InputError(f"{path}: not a regular file (a pipe or a device can be read only once, and this command "
+                         "reads its input more than once); save it to a file first")
+    return path
+
+
+def hash_file(path: str | os.PathLike, digest=None):
+    """Feed a file's bytes to `digest` (a new sha256 by default) in 1 MB chunks; memory does not grow."""
+    digest = hashlib.sha256() if digest is None else digest
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest
+
+
+def invalid_utf8(source: str, number: int, raw: bytes, error: UnicodeDecodeError) -> InputError:
+    """The one message for a line that is not UTF-8: where, and which byte."""
+    return InputError(f"{source}, line {number + 1}: invalid UTF-8 (byte 0x{raw[error.start]:02x} at column "
+                      f"{error.start + 1})")
+
+
+def open_text(path: str | os.PathLike) -> io.TextIOBase:
+    """Open a UTF-8 text file for reading, transparently gunzipping `*.gz`; strict decoding."""
+    path = check_file(path)
     if path.endswith(".gz"):
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="strict", newline="\n")
     return open(path, encoding="utf-8", errors="strict", newline="\n")
@@ -60,18 +89,127 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     Reads bytes and decodes each line, so an error points at the exact line, and memory does not
     depend on the file's size.
     """
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        raise InputError(f"{path}: is a directory, expected a text file")
-    if not os.path.exists(path):
-        raise InputError(f"{path}: file not found")
+    path = check_file(path)
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rb") as f:
         for number, raw in enumerate(f):
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise InputError(
-                    f"{path}, line {number + 1}: invalid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
-                ) from None
+                raise invalid_utf8(path, number, raw, e) from None
             yield number, text.rstrip("\r\n")
+
+
+class GuardedFile(io.RawIOBase):
+    """The bytes of an HDF5 file being written, passed through Python so that a failed write cannot crash.
+
+    HDF5 does not survive a failed write: after ENOSPC its metadata cache is inconsistent, closing the
+    file raises, and the process segfaults at exit (measured: `elmo embed` into a full tmpfs, exit 139).
+    Here a failed write is remembered and reported to HDF5 as done; that write and every later one are
+    kept in memory (`_unwritten`, read back from there), so HDF5 sees a consistent file and closes
+    normally, and `check()` raises the remembered error as an `OutputError`. Callers check after each
+    write, so the memory held is about one write plus the metadata flushed at close. The file on disk
+    is garbage after a failure and is meant to be removed (`hdf5_output` does).
+    """
+
+    def __init__(self, path: str, name: str) -> None:
+        super().__init__()
+        self._file = open(path, "w+b", buffering=0)  # noqa: SIM115 (closed in close())
+        self.name_for_errors = name
+        self.error: OSError | None = None
+        self._unwritten: list[tuple[int, bytes]] = []  # (offset, bytes) of the writes since the failure
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        start = self._file.tell()
+        view = memoryview(buffer).cast("B")
+        n = self._file.readinto(view) or 0
+        for offset, data in self._unwritten:  # in write order, so later writes win
+            lo, hi = max(start, offset), min(start + len(view), offset + len(data))
+            if lo < hi:
+                view[n:max(n, hi - start)] = bytes(max(0, hi - start - n))  # zeros between EOF and this write
+                view[lo - start:hi - start] = data[lo - offset:hi - offset]
+                n = max(n, hi - start)
+        self._file.seek(start + n)
+        return n
+
+    def write(self, data) -> int:
+        data = bytes(memoryview(data).cast("B"))
+        if self.error is None:
+            try:
+                self._write(data)
+                return len(data)
+            except OSError as e:
+                self.error = e
+        self._unwritten.append((self._file.tell(), data))
+        self._file.seek(len(data), os.SEEK_CUR)
+        return len(data)
+
+    def _write(self, data) -> None:
+        """Write all of `data` at the current offset (a seam for tests that simulate a full disk)."""
+        view = memoryview(data).cast("B")
+        while view:
+            view = view[self._file.write(view):]
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        return self._file.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._file.tell()
+
+    def truncate(self, size: int | None = None) -> int:
+        if self.error is not None:
+            return self.tell() if size is None else size
+        try:
+            return self._file.truncate(size)
+        except OSError as e:
+            self.error = e
+            return self.tell() if size is None else size
+
+    def close(self) -> None:
+        if not self.closed:
+            self._file.close()
+        super().close()
+
+    def check(self) -> None:
+        """Raise the first failed write as one clear line."""
+        if self.error is not None:
+            raise OutputError(f"{self.name_for_errors}: cannot write ({write_failure(self.error)}); nothing was "
+                              "written under that name") from None
+
+
+def write_failure(error: OSError) -> str:
+    """The OS's reason, and for a full disk what to do about it."""
+    reason = error.strerror or str(error)
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        reason += "; free space there and run the command again"
+    return reason
+
+
+@contextlib.contextmanager
+def hdf5_output(path: str | os.PathLike, libver: str | None = None) -> Iterator[tuple[h5py.File, Callable[[], None]]]:
+    """An HDF5 file written atomically (see `atomic_path`) and safely on a full disk (see `GuardedFile`).
+
+    Yields the open file and a `check()` to call after each write that matters, so a full disk stops
+    the work at once rather than at the end.
+    """
+    path = os.fspath(path)
+    with atomic_path(path) as tmp:
+        raw = GuardedFile(tmp, path)
+        try:
+            with h5py.File(raw, "w", libver=libver) as f:
+                yield f, raw.check
+        except Exception:
+            raw.check()  # a failed write explains whatever was raised after it
+            raise
+        finally:
+            raw.close()
+        raw.check()

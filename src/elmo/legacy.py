@@ -17,8 +17,9 @@ import torch
 from .bilm import remove_sentence_boundaries
 from .chars import batch_to_ids
 from .embed_file import OutputSpec, check_output, embed_file, write_lines
-from .embedder import Embedder
+from .embedder import Embedder, check_batch_size
 from .errors import InputError, ModelFileError
+from .fileio import invalid_utf8
 from .models import resolve_model
 
 DEFAULT_BATCH_SIZE = 64
@@ -30,7 +31,7 @@ class ElmoEmbedder:
     With no files it loads the bundled default model (0.9 downloaded the original one).
 
     **Stateless by default, unlike 0.9.** 0.9 carried the LSTM state from call to call, per batch
-    row (doc 4.8), so the same sentence gave different vectors each time, and results depended on
+    row (docs/format.md 4.8), so the same sentence gave different vectors each time, and results depended on
     batch size, order and everything embedded before (allennlp #1169, #2092, #2643, ...). Here every
     call starts from zero state: a sentence's vectors depend only on the sentence. Pass
     `stateful=True` to get 0.9's behaviour exactly (state per row, carried between calls; reset
@@ -81,10 +82,11 @@ class ElmoEmbedder:
     def embed_file(self, input_file: IO | str | os.PathLike, output_file_path: str | os.PathLike,
                    output_format: str = "all", batch_size: int = DEFAULT_BATCH_SIZE, forget_sentences: bool = False,
                    use_sentence_keys: bool = False) -> None:
-        """HDF5 with one dataset per line, keyed by line number (or sentence), as 0.9 wrote it (doc 6.2).
+        """HDF5 with one dataset per line, keyed by line number (or sentence), as 0.9 wrote it (docs/format.md 6.2).
 
         Like 0.9, an open `input_file` is read to the end and closed.
         """
+        check_batch_size(batch_size)
         if isinstance(input_file, (str, os.PathLike)):
             embed_file(self.embedder, input_file, output_file_path, output_format, batch_size=batch_size,
                        forget_sentences=forget_sentences, use_sentence_keys=use_sentence_keys)
@@ -113,6 +115,5 @@ def _decoded(line: str | bytes, name: str, number: int) -> str:
         try:
             return line.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise InputError(f"{name}, line {number + 1}: invalid UTF-8 (byte 0x{line[e.start]:02x} "
-                             f"at column {e.start + 1})") from None
+            raise invalid_utf8(name, number, line, e) from None
     return line

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import ModelFileError
+from .errors import InputError, ModelFileError
+from .fileio import check_file
 from .manylangs import is_manylangs_dir
 
 if TYPE_CHECKING:
@@ -76,3 +77,24 @@ def load_model(name_or_dir: str | os.PathLike, stateful: bool = False) -> BiLM:
         return load_manylangs(name_or_dir, stateful=stateful)
     files = resolve_model(name_or_dir)
     return load_bilm(files.options_file, files.weight_file, stateful=stateful)
+
+
+def choose_model(model: str | os.PathLike | None = None, options: str | os.PathLike | None = None,
+                 weights: str | os.PathLike | None = None) -> ModelFiles:
+    """The one way every command reads `--model NAME|DIR` or `--options O --weights W` (default: the
+    bundled default model). A training run's folder is refused with the command that makes it a model."""
+    if (options is None) != (weights is None):
+        raise InputError("--options and --weights go together")
+    if options is not None and model is not None:
+        raise InputError("give either --model or --options/--weights, not both")
+    if options is not None:
+        for path in (options, weights):
+            check_file(path, "a model file")
+        return ModelFiles(Path(options), Path(weights))
+    model = os.fspath(model or "default")
+    # run.json / checkpoints/ are what `elmo train` writes (training/settings.py)
+    if os.path.isdir(model) and not os.path.isfile(os.path.join(model, WEIGHTS_NAME)) and (
+            os.path.isfile(os.path.join(model, "run.json")) or os.path.isdir(os.path.join(model, "checkpoints"))):
+        raise ModelFileError(f"{model}: a training run, not a model directory; make one with "
+                             f"`elmo export {model} -o MODEL_DIR` and pass that")
+    return resolve_model(model)

@@ -1,9 +1,10 @@
-"""options.json: the biLM's hyper-parameters (doc section 3.1), read and checked once."""
+"""options.json: the biLM's hyper-parameters (docs/format.md section 3.1), read and checked once."""
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,8 +116,9 @@ class BiLMConfig:
             value = sec.get(key)
             if value is None or value == 0:  # AllenNLP's convention: absent, null or 0 means no clip
                 return None
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise fail(f"'lstm.{key}' must be a non-negative number or null, found {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                # NaN passes `value < 0` and would clip every cell to NaN
+                raise fail(f"'lstm.{key}' must be a finite non-negative number or null, found {value!r}")
             return float(value)
 
         if not isinstance(options, dict):
@@ -152,7 +154,7 @@ class BiLMConfig:
         if not isinstance(skip, bool):
             raise fail(f"'lstm.use_skip_connections' must be true or false, found {skip!r}")
         dim = positive_int(lstm, "dim", "lstm")
-        return cls(
+        config = cls(
             char_dim=positive_int(embedding, "dim", "char_cnn.embedding"),
             filters=tuple((int(w), int(n)) for w, n in filters),
             n_highway=n_highway,
@@ -166,6 +168,34 @@ class BiLMConfig:
             use_skip_connections=skip,
             raw=copy.deepcopy(options),
         )
+        config.check_size(source)
+        return config
+
+    def parameter_count(self) -> int:
+        """The biLM's weights (the char CNN, highway, projections and both LSTM directions), not the softmax."""
+        nf, p, d = self.n_filters, self.projection_dim, self.dim
+        cnn = 262 * self.char_dim + sum(w * self.char_dim * n + n for w, n in self.filters)
+        cnn += self.n_highway * 2 * (nf * nf + nf) + (nf * p + p if self.has_cnn_projection else 0)
+        lstm = 2 * self.n_layers * ((p + p) * 4 * d + 4 * d + (d * p if self.has_lstm_projection else 0))
+        return cnn + lstm
+
+    def check_size(self, source: str) -> None:
+        """Refuse an architecture whose float32 weights alone exceed this machine's memory, with the sizes,
+        instead of letting torch fail on a huge allocation."""
+        need, memory = 4 * self.parameter_count(), physical_memory()
+        if memory is not None and need > memory:
+            raise ModelFileError(f"{source}: this architecture has {need // 4:,} parameters ({need / 2**30:,.1f} GiB "
+                                 f"as float32), more than this machine's {memory / 2**30:,.1f} GiB of memory "
+                                 f"(lstm.dim {self.dim}, lstm.projection_dim {self.projection_dim}, "
+                                 f"{self.n_filters} char-CNN filters)")
+
+
+def physical_memory() -> int | None:
+    """Bytes of RAM, where the OS says (None elsewhere: no check)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def read_options(path: str | os.PathLike) -> BiLMConfig:

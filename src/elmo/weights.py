@@ -124,7 +124,9 @@ def save_weights(bilm: BiLM, weight_file: str | os.PathLike) -> None:
 
 
 def save_bilm(bilm: BiLM, options_file: str | os.PathLike, weight_file: str | os.PathLike) -> None:
-    """Write options.json + weights.hdf5 so that `load_bilm` gives back identical outputs."""
+    """Write options.json + weights.hdf5 so that `load_bilm` gives back identical outputs (folders are created)."""
+    for path in (options_file, weight_file):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     write_options(bilm.config, options_file)
     save_weights(bilm, weight_file)
 

@@ -6,14 +6,24 @@ Each command group lives in its own module with a `register(subparsers)` functio
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import sys
+from typing import TypeVar
 
 from .. import __version__
 from ..errors import ElmoError
 
+T = TypeVar("T")
 # One module per command group, each with register(subparsers); add new groups here.
 COMMAND_MODULES = ["embed", "tasks", "train", "lab"]
+
+
+def settings_from_args(cls: type[T], args: argparse.Namespace, **given) -> T:
+    """A settings dataclass filled from the parsed flags of the same names (`given` wins), so a new
+    setting needs a field and a flag, never a third list of names to keep in step."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
+    return cls(**{**values, **given})
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 
-import torch
-
-from ..embed_file import COMPRESSIONS, DTYPES, POOLS, OutputSpec, check_output, embed_file, parse_layers
+from ..devices import check_device, rank_device
+from ..embed_file import COMPRESSIONS, DTYPES, POOLS, OutputSpec, check_input, check_output, embed_file, parse_layers
 from ..embed_parallel import Ranks, embed_corpus
-from ..embedder import Embedder
+from ..embedder import Embedder, check_batch_size
 from ..errors import InputError
+from ..manylangs import is_manylangs_dir
+from ..models import choose_model
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,24 +57,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def load_embedder(args: argparse.Namespace) -> Embedder:
-    if args.batch_size <= 0:
-        raise InputError(f"--batch-size must be positive, found {args.batch_size}")
-    if (args.options is None) != (args.weights is None):
-        raise InputError("--options and --weights go together")
-    if args.options and args.model:
-        raise InputError("give either --model or --options/--weights, not both")
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError(f"--device {args.device}: CUDA is not available on this machine")
-    if args.options:
-        return Embedder.from_files(args.options, args.weights, stateful=args.stateful, device=args.device,
-                                   batch_size=args.batch_size, bf16=args.bf16)
-    return Embedder.from_model(args.model or "default", stateful=args.stateful, device=args.device,
-                               batch_size=args.batch_size, bf16=args.bf16)
+    check_batch_size(args.batch_size, "--batch-size")
+    check_device(args.device, "--device")
+    if args.options is None and args.model is not None and is_manylangs_dir(args.model):
+        model = args.model  # an ELMoForManyLangs directory (docs/manylangs.md), read by Embedder.from_model
+    else:
+        model = choose_model(args.model, args.options, args.weights)
+    return Embedder.from_model(model, stateful=args.stateful, device=args.device, batch_size=args.batch_size, bf16=args.bf16)
 
 
 def run(args: argparse.Namespace) -> int:
     spec = OutputSpec(args.output_format, parse_layers(args.layers), args.pool, args.dtype, args.compression)
-    check_output(args.output, args.overwrite)  # before the model loads: fail fast
+    check_input(args.input)  # before the model loads: fail fast
+    check_output(args.output, args.overwrite, args.input)
+    check_device(args.device, "--device")
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if args.stateful and (args.resume or world > 1):
         raise InputError("--stateful runs in one process and cannot be resumed: each line's vectors depend on "
@@ -85,9 +82,7 @@ def run(args: argparse.Namespace) -> int:
                    compression=spec.compression)
         return 0
     ranks = Ranks.from_env()
-    if args.device == "cuda" and ranks.world > 1 and torch.cuda.is_available():
-        # one GPU per local rank; with fewer GPUs than ranks, ranks share them round-robin
-        args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0')) % torch.cuda.device_count()}"
+    args.device = rank_device(args.device, ranks.world)
     try:
         embed_corpus(load_embedder(args), args.input, args.output, spec, batch_size=args.batch_size,
                      forget_sentences=args.forget_sentences, use_sentence_keys=args.use_sentence_keys,

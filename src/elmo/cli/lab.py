@@ -29,9 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a learned layer mix for panel 3: a task model folder or JSON with scalar_parameters "
                    "and gamma (repeatable)")
     p.add_argument("--results", metavar="PATH", help="measured results for panel 7: the task runs' metrics folder, "
-                   "docs/results.md or a JSON file (default: the first of docs/results.json, runs/results/, "
-                   "docs/results.md in the checkout)")
-    p.add_argument("--data", metavar="DIR", help="the shared data folder (default: ../shared/data beside the checkout)")
+                   "docs/results.md or a JSON file (default: $ELMO_RESULTS, else the first of docs/results.json, "
+                   "runs/results/, docs/results.md in the current folder)")
+    p.add_argument("--data", metavar="DIR", help="the shared data folder (default: $ELMO_DATA, $ELMO_SHARED/data, "
+                   "else ../shared/data beside the current folder)")
     p.add_argument("--reference-size", choices=sorted(SIZES), default="default",
                    help="how many real sentences to embed for neighbours and panel 5 (cached after the first start)")
     p.add_argument("--cache-dir", help="where the embedded reference set is cached (default: ~/.cache/elmo/lab)")
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from ..lab.app import create_app
+        from ..lab.app import LOOPBACK, create_app
     except ImportError as e:
         raise InputError(f"elmo lab needs its web extra ({e.name} is missing): pip install 'elmo-bilm[lab]'") from e
     from ..lab import LabModels, ReferenceSpec, build_reference
@@ -88,7 +89,9 @@ def run(args: argparse.Namespace) -> int:
     sock = bind(args.host, args.port)
     wiki, pos, per_sense = SIZES[args.reference_size]
     ref = build_reference(lab.bilm, data, ReferenceSpec(wiki, pos, per_sense), args.cache_dir)
-    app = create_app(lab, ref)
+    # Requests must name this server; bound to every address, any name may be this machine's.
+    hosts = None if args.host in ("0.0.0.0", "::", "") else (*LOOPBACK, args.host.strip("[]").lower())
+    app = create_app(lab, ref, allowed_hosts=hosts)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/"

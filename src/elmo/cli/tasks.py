@@ -8,14 +8,17 @@ import os
 
 import torch
 
+from ..devices import check_device
 from ..errors import InputError
+from . import settings_from_args
 
 
 def _add_elmo_args(p: argparse.ArgumentParser, allow_none: bool) -> None:
-    p.add_argument("--elmo", default=None, metavar="MODEL" + ("|none" if allow_none else ""),
+    p.add_argument("--model", "--elmo", dest="model", default=None, metavar="MODEL" + ("|none" if allow_none else ""),
                    help="bundled model name (e.g. default) or model directory" + ("; 'none' for the static baseline"
-                                                                                    if allow_none else ""))
-    p.add_argument("--options", help="biLM options.json (with --weights, instead of --elmo)")
+                                                                                    if allow_none else "")
+                   + " (--elmo is the older name)")
+    p.add_argument("--options", help="biLM options.json (with --weights, instead of --model)")
     p.add_argument("--weights", help="biLM weights hdf5 (with --options)")
     p.add_argument("--cache-dir", default="runs/cache", help="where cached biLM features go (default: runs/cache)")
     p.add_argument("--limit", type=int, default=None, help="only the first N sentences of each file (smoke tests)")
@@ -24,17 +27,15 @@ def _add_elmo_args(p: argparse.ArgumentParser, allow_none: bool) -> None:
 
 def _elmo_spec(args, allow_none: bool):
     from ..tasks.features import ElmoSpec
-    if args.options or args.weights:
-        if args.elmo:
-            raise InputError("give either --elmo or --options/--weights, not both")
-        return ElmoSpec.resolve(options=args.options, weights=args.weights)
-    if args.elmo is None:
-        raise InputError("--elmo MODEL" + ("|none" if allow_none else "") + " is required (or --options/--weights)")
-    if args.elmo == "none":
+    if args.model is None and args.options is None and args.weights is None:
+        raise InputError("--model MODEL" + ("|none" if allow_none else "") + " is required (or --options/--weights)")
+    if args.model == "none":
         if not allow_none:
-            raise InputError("a probe needs a biLM: --elmo none is not possible here")
+            raise InputError("a probe needs a biLM: --model none is not possible here")
+        if args.options or args.weights:
+            raise InputError("--model none is the static baseline; it takes no --options/--weights")
         return None
-    return ElmoSpec.resolve(model=args.elmo)
+    return ElmoSpec.resolve(args.model, args.options, args.weights)
 
 
 def _setup(args) -> None:
@@ -56,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     task_sub = task.add_subparsers(dest="task_command", required=True, metavar="ACTION")
     t = task_sub.add_parser("train", help="train on cached biLM features, select on dev, write metrics JSON",
                             description="Train a task model with the static baseline's word representation "
-                            "(word2vec + char CNN), plus ELMo unless --elmo none.")
+                            "(word2vec + char CNN), plus ELMo unless --model none.")
     t.add_argument("task", choices=["ner", "pos", "sst5"],
                    help="ner: CoNLL-2003 (IOB1 read, IOB2 used); pos: CoNLL-U UPOS or CoNLL-2000 PTB; sst5: PTB trees")
     for split in ("train", "dev", "test"):
@@ -126,16 +127,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_train(args) -> int:
     from ..tasks.train import TrainOptions, run_task
     _setup(args)
+    check_device(args.device, "--device")
     static = None if args.static in (None, "none") else args.static
     if static and not os.path.isfile(static):
         raise InputError(f"{static}: static vectors not found (train them with `elmo static train`)")
-    opts = TrainOptions(task=args.task, train=args.train, dev=args.dev, test=args.test, elmo=_elmo_spec(args, True),
-                        static=static, output_mix=args.output_mix, train_fraction=args.train_fraction, seed=args.seed,
-                        epochs=args.epochs, patience=args.patience, eval_every=args.eval_every,
-                        batch_size=args.batch_size, lr=args.lr,
-                        hidden=args.hidden, num_layers=args.num_layers, dropout=args.dropout,
-                        char_filters=args.char_filters, limit=args.limit, cache_dir=args.cache_dir, save=args.save,
-                        device=args.device)
+    opts = settings_from_args(TrainOptions, args, elmo=_elmo_spec(args, True), static=static)
     _write(args, run_task(opts))
     return 0
 

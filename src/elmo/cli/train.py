@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from ..devices import check_device
 from ..errors import InputError
 from ..options import read_options
 
@@ -82,6 +83,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int)
     p.add_argument("--json", action="store_true", help="print one JSON object: forward, backward, average, tokens")
+    p.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="no progress bar (it goes to stderr, so --json output on stdout stays clean)")
     p.set_defaults(func=run_perplexity)
 
     p = sub.add_parser("export", help="write a training run as a model directory in the original format")
@@ -131,11 +134,12 @@ def run_perplexity(args: argparse.Namespace) -> int:
 
     if args.batch_size <= 0 or args.unroll_steps <= 0:
         raise InputError("--batch-size and --unroll-steps must be positive")
+    check_device(args.device, "--device")
     if args.threads:
         torch.set_num_threads(args.threads)
     model, vocab = load_for_scoring(args.model, args.vocab)
     result = perplexity(model, vocab, args.test, mode=args.mode, batch_size=args.batch_size, unroll=args.unroll_steps,
-                        device=args.device, progress=not args.json and sys.stderr.isatty())
+                        device=args.device, progress=args.progress)
     if args.json:
         print(json.dumps(result))
     else:

@@ -7,7 +7,9 @@ error is JSON, `{"error": "..."}`, with a 4xx status for bad input.
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Collection
 from dataclasses import asdict
 from pathlib import Path
 
@@ -33,25 +35,70 @@ SECURITY_HEADERS = [
     (b"content-security-policy", b"default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'"),
     (b"x-content-type-options", b"nosniff"),
 ]
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 async def read_json(request: Request, limits: Limits) -> dict:
-    """The request body as a JSON object, refusing bodies over the limit before reading them whole."""
+    """The request body as a JSON object, refusing bodies over the limit before reading them whole.
+
+    Only `application/json` is taken: a cross-site page can POST text/plain without asking, but not
+    JSON. A body that stops short of its Content-Length is given `limits.body_seconds` to arrive.
+    """
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json":
+        raise LabInputError(f"the request body must be sent as application/json, found {kind or 'no content-type'}",
+                            415)
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limits.max_body_bytes:
         raise LabInputError(f"request body is {declared} bytes; the lab takes at most {limits.max_body_bytes}", 413)
+    try:
+        body = await asyncio.wait_for(read_body(request, limits), limits.body_seconds)
+    except asyncio.TimeoutError:
+        raise LabInputError(f"the request body did not arrive within {limits.body_seconds:g} s (Content-Length "
+                            f"{declared or 'not given'})", 408) from None
+    return parse_json_object(body)
+
+
+async def read_body(request: Request, limits: Limits) -> bytes:
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > limits.max_body_bytes:
             raise LabInputError(f"request body is over {limits.max_body_bytes} bytes; the lab takes at most that", 413)
+    return bytes(body)
+
+
+def parse_json_object(body: bytes) -> dict:
+    """A JSON object whose strings are valid Unicode (a lone surrogate such as "\\ud800" is refused here,
+    not when a panel encodes it), nested no deeper than Python's JSON parser manages."""
     try:
         payload = json.loads(body.decode("utf-8"))
+        json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise LabInputError(f"the request body holds a lone surrogate ({e.object[e.start:e.end]!a}), which is not "
+                            "text; send valid Unicode") from None
+    except RecursionError:
+        raise LabInputError("the request body is nested too deeply to be a lab request") from None
     except (UnicodeDecodeError, ValueError) as e:
-        raise LabInputError(f"the request body is not valid JSON ({e})") from e
+        raise LabInputError(f"the request body is not valid JSON ({e})") from None
     if not isinstance(payload, dict):
         raise LabInputError("the request body must be a JSON object")
     return payload
+
+
+def check_host(app, allowed: Collection[str] | None):
+    """ASGI wrapper answering 400 to a Host header that names another server (DNS rebinding)."""
+    async def wrapped(scope, receive, send):
+        if scope["type"] == "http" and allowed is not None:
+            host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+            name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+            if name.strip("[]").lower() not in allowed:
+                response = JSONResponse({"error": f"Host {host or '(none)'!r} is not this lab; open it as "
+                                         "http://127.0.0.1:PORT/ (or the --host it listens on)"}, status_code=400)
+                await response(scope, receive, send)
+                return
+        await app(scope, receive, send)
+    return wrapped
 
 
 def security_headers(app):
@@ -66,8 +113,10 @@ def security_headers(app):
     return wrapped
 
 
-def create_app(lab: LabModels, ref: ReferenceSet, limits: Limits = Limits()):
-    """The ASGI app serving `lab` with neighbours from `ref`."""
+def create_app(lab: LabModels, ref: ReferenceSet, limits: Limits = Limits(),
+               allowed_hosts: Collection[str] | None = LOOPBACK):
+    """The ASGI app serving `lab` with neighbours from `ref`, to requests naming one of `allowed_hosts`
+    (None: any)."""
     views = layer_views(ref)
     info = {**lab.info(), "examples": AMBIGUOUS, "limits": asdict(limits),
             "reference": {"tokens": ref.size, "sentences": len(ref.sources),
@@ -102,6 +151,10 @@ def create_app(lab: LabModels, ref: ReferenceSet, limits: Limits = Limits()):
     async def model_error(request: Request, exc: ElmoError) -> JSONResponse:
         return JSONResponse({"error": f"the model could not answer: {exc}"}, status_code=500)
 
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"error": f"internal error ({type(exc).__name__}); the lab's log has the details"},
+                            status_code=500)
+
     routes = [
         Route("/", index),
         Route("/api/info", get_info),
@@ -115,5 +168,5 @@ def create_app(lab: LabModels, ref: ReferenceSet, limits: Limits = Limits()):
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={
-        LabInputError: input_error, HTTPException: http_error, ElmoError: model_error})
-    return security_headers(app)
+        LabInputError: input_error, HTTPException: http_error, ElmoError: model_error, Exception: internal_error})
+    return security_headers(check_host(app, allowed_hosts))

@@ -1,18 +1,20 @@
-"""Readers for the real sentences the lab compares against, from the project's shared data.
+"""The real sentences the lab compares against, from the project's shared data.
 
-The data are never copied into the package: they are read from `../shared/data` beside the
-checkout (or `--data DIR`, or $ELMO_DATA). Each reader takes only the first few hundred sentences,
-so a reference set is cheap to build and the same every time.
+The data are never copied into the package: they are read from `--data DIR`, $ELMO_DATA,
+$ELMO_SHARED/data or `../shared/data` beside the current folder. The CoNLL-U and SemCor files are
+parsed by the task readers (tasks/readers.py, tasks/wsd_data.py); this module only picks a few
+hundred sentences from them, so a reference set is cheap to build and the same every time.
 """
 
 from __future__ import annotations
 
 import gzip
-import html
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..tasks.readers import read_conllu
+from ..tasks.wsd_data import WsdSentence, read_gold_keys, read_raganato_xml
 
 # Ambiguous SemCor words and two of their WordNet 3.0 senses each (the most frequent two in SemCor,
 # except where a clearer pair was close behind). Keys are what SemCor's gold file uses.
@@ -35,12 +37,12 @@ WORDNET = Path("wordnet30/dict")
 
 def find_data_dir(explicit: str | os.PathLike | None = None) -> Path | None:
     """The shared data folder: --data, $ELMO_DATA, $ELMO_SHARED/data, or ../shared/data beside the
-    checkout this package runs from (or beside the current directory)."""
+    current folder (a checkout). Never guessed from where the package lives: installed, that is
+    site-packages."""
     candidates = [explicit, os.environ.get("ELMO_DATA")]
     if os.environ.get("ELMO_SHARED"):
         candidates.append(Path(os.environ["ELMO_SHARED"]) / "data")
-    repo = Path(__file__).resolve().parents[3]
-    candidates += [repo.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]
+    candidates.append(Path.cwd().parent / "shared" / "data")
     for c in candidates:
         if c and Path(c).is_dir():
             return Path(c)
@@ -74,76 +76,70 @@ def wiki_sentences(data: Path, count: int, min_len: int = 5, max_len: int = 40) 
 
 
 def ewt_sentences(data: Path, max_tokens: int, max_len: int = 40) -> list[Sentence]:
-    """UD English-EWT dev sentences with their UPOS tags, about `max_tokens` tokens in all."""
+    """UD English-EWT dev sentences with their UPOS tags, about `max_tokens` tokens in all (the task
+    reader: syntactic words only)."""
     path = data / EWT
     out: list[Sentence] = []
     if max_tokens <= 0 or not path.is_file():
         return out
-    total, tokens, upos = 0, [], []
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if not line:
-                if tokens and len(tokens) <= max_len:
-                    out.append(Sentence(tokens, "ewt", upos=upos))
-                    total += len(tokens)
-                    if total >= max_tokens:
-                        break
-                tokens, upos = [], []
-                continue
-            if line.startswith("#"):
-                continue
-            cols = line.split("\t")
-            if len(cols) < 4 or not cols[0].isdigit():  # multiword ranges "1-2" and empty nodes "1.1"
-                continue
-            tokens.append(cols[1])
-            upos.append(cols[3])
+    total = 0
+    for example in read_conllu(path, "upos"):
+        if len(example.tokens) <= max_len:
+            out.append(Sentence(example.tokens, "ewt", upos=example.tags))
+            total += len(example.tokens)
+            if total >= max_tokens:
+                break
     return out
-
-
-_WF = re.compile(r'<(wf|instance)(?: id="([^"]+)")? lemma="([^"]*)" pos="([^"]*)">([^<]*)</')
 
 
 def semcor_sentences(data: Path, per_sense: int, words=SENSE_WORDS, max_len: int = 40) -> list[Sentence]:
     """SemCor sentences holding the chosen ambiguous words, at most `per_sense` per sense, in file
-    order; `senses[i]` is the sense key of token i when it is one of them."""
+    order; `senses[i]` is the sense key of token i when it is one of them (the WSD probe's readers).
+
+    SemCor is read in growing prefixes (the reader stops after `limit` sentences), so a small
+    reference set does not parse all 39 MB."""
     root = data / SEMCOR
     xml, keys = root / "semcor.data.xml.gz", root / "semcor.gold.key.txt.gz"
     if per_sense <= 0 or not xml.is_file() or not keys.is_file():
         return []
     allowed = {key for pair in words.values() for key in pair}
-    gold: dict[str, str] = {}  # instance id -> sense key, for the senses we want only
-    with gzip.open(keys, "rt", encoding="utf-8") as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) >= 2 and parts[1] in allowed:
-                gold[parts[0]] = parts[1]
+    gold = {i: min(k & allowed) for i, k in read_gold_keys(keys).items() if k & allowed}
+    limit = 2000
+    while True:
+        sentences = read_raganato_xml(xml, limit=limit)
+        out = _sense_sentences(sentences, gold, words, per_sense, max_len)
+        if len(sentences) < limit or min(_sense_counts(out, allowed).values()) >= per_sense:
+            return out
+        limit *= 4
+
+
+def _sense_sentences(sentences: list[WsdSentence], gold: dict[str, str], words, per_sense: int,
+                     max_len: int) -> list[Sentence]:
+    """Sentences with at least one wanted single-word instance, until every sense has `per_sense`."""
+    allowed = {key for pair in words.values() for key in pair}
     taken = dict.fromkeys(allowed, 0)
     out: list[Sentence] = []
-    tokens: list[str] = []
-    senses: list[str] = []
-    with gzip.open(xml, "rt", encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("</sentence"):
-                if any(senses) and len(tokens) <= max_len:
-                    for key in senses:
-                        if key:
-                            taken[key] += 1
-                    out.append(Sentence(tokens, "semcor", senses=senses))
-                    if min(taken.values()) >= per_sense:
-                        break
-                tokens, senses = [], []
-                continue
-            m = _WF.match(line)
-            if not m:
-                continue
-            kind, inst, lemma, pos, text = m.groups()
-            words_here = html.unescape(text).split()
-            key = gold.get(inst, "") if kind == "instance" and len(words_here) == 1 else ""
-            wanted = key and (lemma, pos) in words and taken[key] + senses.count(key) < per_sense
-            tokens.extend(words_here)
-            senses.extend([key] if wanted else [""] * len(words_here))
+    for sentence in sentences:
+        senses = [""] * len(sentence.tokens)
+        for inst in sentence.instances:
+            key = gold.get(inst.id, "") if inst.end - inst.start == 1 else ""
+            if key and (inst.lemma, inst.pos) in words and taken[key] + senses.count(key) < per_sense:
+                senses[inst.start] = key
+        if any(senses) and len(sentence.tokens) <= max_len:
+            for key in filter(None, senses):
+                taken[key] += 1
+            out.append(Sentence(sentence.tokens, "semcor", senses=senses))
+            if min(taken.values()) >= per_sense:
+                break
     return out
+
+
+def _sense_counts(out: list[Sentence], allowed: set[str]) -> dict[str, int]:
+    counts = dict.fromkeys(allowed, 0)
+    for sentence in out:
+        for key in filter(None, sentence.senses):
+            counts[key] += 1
+    return counts
 
 
 def wordnet_glosses(data: Path, sense_keys: set[str]) -> dict[str, str]:

@@ -14,7 +14,7 @@ from ..errors import InputError
 
 
 class LabInputError(InputError):
-    """Bad input to a lab endpoint: `status` is the HTTP code (400 malformed, 413 too large)."""
+    """Bad input to a lab endpoint: `status` is the HTTP code (400 malformed, 408 too slow, 413 too large, 415 not JSON)."""
 
     def __init__(self, message: str, status: int = 400):
         super().__init__(message)
@@ -27,6 +27,7 @@ class Limits:
     max_tokens: int = 60  # per sentence
     max_chars: int = 600  # per sentence, before tokenizing
     max_sentences: int = 8
+    body_seconds: float = 10.0  # for a request body to arrive once its headers have
 
 
 # Words (with inner apostrophes, hyphens or dots: "don't", "well-known", "U.S") or single symbols.

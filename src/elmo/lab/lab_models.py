@@ -16,11 +16,11 @@ import numpy as np
 from ..bilm import BiLM
 from ..embedder import Embedder
 from ..errors import InputError, ModelFileError
-from ..models import resolve_model
+from ..models import choose_model
 from ..weights import load_bilm
 from . import results as results_mod
 from .lm_head import LMHead
-from .task_models import MixPreset, TaggerView, load_preset, load_tagger
+from .task_models import MixPreset, TaggerView, load_preset, tagger_view
 
 NO_TAGGERS = "not available yet: no NER taggers were given (train them with `elmo task train ner ... --save " \
              "FILE`, then start the lab with --ner FILE and --ner-baseline FILE)"
@@ -80,31 +80,23 @@ class LabModels:
              ner_baseline: str | None = None, presets: list[tuple[str, str]] = (), results: str | None = None,
              data_dir: Path | None = None) -> LabModels:
         """Load from a model name/folder (or options + weights) and the optional task parts."""
-        if (options is None) != (weights is None):
-            raise InputError("--options and --weights go together")
-        if options and model:
-            raise InputError("give either --model or --options/--weights, not both")
-        if options:
-            name = Path(weights).parent.name or os.fspath(weights)
-            bilm = load_bilm(options, weights)
-        else:
-            try:
-                files = resolve_model(model or "default")
-            except ModelFileError as e:
-                hint = "" if model else "; give --model DIR, or --options and --weights"
-                raise ModelFileError(f"{e}{hint}") from e
-            name = model or "default"
-            bilm = load_bilm(files.options_file, files.weight_file)
-            vocab = vocab or (files.vocab_file and os.fspath(files.vocab_file))
-            softmax = softmax or (files.softmax_file and os.fspath(files.softmax_file))
+        try:
+            files = choose_model(model, options, weights)
+        except ModelFileError as e:
+            hint = "" if model or options else "; give --model DIR, or --options and --weights"
+            raise ModelFileError(f"{e}{hint}") from e
+        name = (Path(weights).parent.name or os.fspath(weights)) if options else (model or "default")
+        bilm = load_bilm(files.options_file, files.weight_file)
+        vocab = vocab or (files.vocab_file and os.fspath(files.vocab_file))
+        softmax = softmax or (files.softmax_file and os.fspath(files.softmax_file))
         if (vocab is None) != (softmax is None):
             raise InputError("the LM predictions need both a vocabulary (--vocab) and softmax weights (--softmax)")
         head = LMHead.from_files(vocab, softmax, bilm.config.projection_dim) if vocab else None
         taggers = {}
         if ner:
-            taggers["elmo"] = load_tagger(ner)
+            taggers["elmo"] = tagger_view(ner)
         if ner_baseline:
-            taggers["baseline"] = load_tagger(ner_baseline)
+            taggers["baseline"] = tagger_view(ner_baseline)
         mixes = [load_preset(n, p) for n, p in presets]
         if "elmo" in taggers and not any(p.name == "NER" for p in mixes):
             learned = taggers["elmo"].mix("NER")

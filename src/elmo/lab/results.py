@@ -12,87 +12,42 @@ from __future__ import annotations
 import json
 import os
 import re
-import statistics
 from pathlib import Path
 
 from ..errors import InputError
-
-# name -> (task, metric, paper baseline, paper ELMo + baseline, data folder under ../shared/data or None)
-PAPER = {
-    "SQuAD": ("question answering", "F1", 81.1, 85.8, None),
-    "SNLI": ("textual entailment", "accuracy", 88.0, 88.7, None),
-    "SRL": ("semantic role labelling", "F1", 81.4, 84.6, None),
-    "Coref": ("coreference resolution", "average F1", 67.2, 70.4, None),
-    "NER": ("named entity recognition (CoNLL-2003)", "F1", 90.15, 92.22, "conll2003"),
-    "SST-5": ("sentiment, 5 classes", "accuracy", 51.4, 54.7, "sst5"),
-}
-
-
-def error_reduction(baseline: float, elmo: float, scale: float = 100.0) -> float:
-    """Relative error reduction in percent: how much of the baseline's error ELMo removed."""
-    return 100.0 * (elmo - baseline) / (scale - baseline)
-
-
-TASK_NAMES = {"ner": "NER", "sst5": "SST-5", "pos": "POS"}
+from ..tasks.paper import TABLE1, aggregate_runs, error_reduction
 
 
 def find_results(explicit: str | os.PathLike | None = None) -> Path | None:
-    """--results, or the first of docs/results.json, runs/results/, docs/results.md in the checkout this
-    package runs from (or in the current folder)."""
-    if explicit:
-        return Path(explicit)
-    for root in (Path(__file__).resolve().parents[3], Path.cwd()):
-        for candidate in (root / "docs" / "results.json", root / "runs" / "results", root / "docs" / "results.md"):
-            if candidate.exists():
-                return candidate
+    """--results, $ELMO_RESULTS, or the first of docs/results.json, runs/results/, docs/results.md in the
+    current folder (a checkout). Never guessed from where the package lives: installed, that is
+    site-packages."""
+    if explicit or os.environ.get("ELMO_RESULTS"):
+        return Path(explicit or os.environ["ELMO_RESULTS"])
+    root = Path.cwd()
+    for candidate in (root / "docs" / "results.json", root / "runs" / "results", root / "docs" / "results.md"):
+        if candidate.exists():
+            return candidate
     return None
 
 
 def shown_path(path: Path) -> str:
-    """A path as the page shows it: relative to the checkout when inside it, so no machine's layout leaks."""
-    repo = Path(__file__).resolve().parents[3]
+    """A path as the page shows it: relative to the current folder when inside it, so no machine's layout
+    leaks."""
     try:
-        return os.fspath(path.resolve().relative_to(repo))
+        return os.fspath(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return os.fspath(path)
-
-
-def from_metrics_folder(folder: Path) -> dict:
-    """Per-run metrics files of `elmo task train` (full training data only) -> mean and std per arm."""
-    scores: dict[tuple[str, str], list[float]] = {}
-    metric_of: dict[str, str] = {}
-    for f in sorted(folder.glob("*.json")):
-        try:
-            m = json.loads(f.read_text(encoding="utf-8"))
-            full_run = m.get("train_fraction") == 1 and m.get("arm") in ("elmo", "static")
-            if m.get("task") not in TASK_NAMES or not full_run:
-                continue
-            score = float(m["test"][m["metric"]])
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            continue
-        scores.setdefault((m["task"], m["arm"]), []).append(score)
-        metric_of[m["task"]] = m["metric"]
-    out = {}
-    for task, name in TASK_NAMES.items():
-        base, elmo = scores.get((task, "static")), scores.get((task, "elmo"))
-        if not base or not elmo:
-            continue
-        entry = {"metric": metric_of[task], "baseline": round(statistics.mean(base), 2),
-                 "elmo": round(statistics.mean(elmo), 2),
-                 "note": f"test set, mean over {len(base)} / {len(elmo)} seeds (baseline / +ELMo)"}
-        if len(base) > 1:
-            entry["baseline_std"] = round(statistics.stdev(base), 2)
-        if len(elmo) > 1:
-            entry["elmo_std"] = round(statistics.stdev(elmo), 2)
-        out[name] = entry
-    return out
 
 
 _CELL = re.compile(r"^\s*(-?\d+(?:\.\d+)?)(?:\s*±\s*(\d+(?:\.\d+)?))?")
 
 
 def from_report(path: Path) -> dict:
-    """The "ours: static" / "ours: +ELMo" cells of docs/results.md's Table 1 (as run_results.py writes it)."""
+    """The "ours: static" / "ours: +ELMo" cells of docs/results.md's Table 1 (as run_results.py writes it).
+
+    Only for a report rendered before run_results.py wrote docs/results.json beside it (which
+    `find_results` prefers): the JSON comes from the package's aggregation, not from Markdown."""
     out, header = {}, None
     for line in path.read_text(encoding="utf-8").splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else None
@@ -125,7 +80,7 @@ def read_results(path: Path | None) -> tuple[dict, str]:
         return {}, ("not available yet: no measured results found (the task experiments write runs/results/; "
                     "or pass --results FOLDER|FILE)")
     if path.is_dir():
-        found = from_metrics_folder(path)
+        found = aggregate_runs(path)
         return found, "" if found else f"not available yet: no finished runs of this task in {path}"
     if path.suffix == ".md":
         found = from_report(path)
@@ -155,10 +110,11 @@ def _ours(entry: dict | None) -> dict | None:
 def results_table(ours: dict, why_none: str, data_dir: Path | None) -> list[dict]:
     """One row per benchmark: the paper's side always, ours where measured, else why not."""
     rows = []
-    for name, (task, metric, base, elmo, folder) in PAPER.items():
-        row = {"name": name, "task": task, "metric": metric, "paper": {
-            "baseline": base, "elmo": elmo, "increase": round(elmo - base, 2),
-            "error_reduction": round(error_reduction(base, elmo), 1)}}
+    for name, bench in TABLE1.items():
+        folder = bench.data
+        row = {"name": name, "task": bench.task, "metric": bench.metric, "paper": {
+            "baseline": bench.baseline, "elmo": bench.elmo, "increase": bench.increase,
+            "error_reduction": round(bench.reduction, 1)}}
         mine = _ours(ours.get(name))
         if mine and "elmo" in mine:
             row["ours"] = mine
@@ -172,7 +128,7 @@ def results_table(ours: dict, why_none: str, data_dir: Path | None) -> list[dict
             row["why"] = why_none or f"not available yet: no measured result for {name}"
         rows.append(row)
     for name, entry in ours.items():  # our extra tasks (e.g. POS), not among the paper's six
-        if name not in PAPER and _ours(entry) and "elmo" in entry:
+        if name not in TABLE1 and _ours(entry) and "elmo" in entry:
             rows.append({"name": name, "task": str(entry.get("task", name)), "metric": str(entry.get("metric", "")),
                          "paper": None, "ours": _ours(entry), "extra": True})
     return rows

@@ -1,7 +1,7 @@
 """The lab's small view of task models: taggers that predict, and the layer mixes tasks learned.
 
-The task models live in `elmo.tasks` (`load_tagger(path).predict(tokens)`); the lab only needs
-what this file asks of them, so it runs before they exist and keeps working if they grow:
+The task models live in `elmo.tasks` (`load_tagger(path).predict(tokens)`, loaded here directly);
+the lab uses only this much of them (a test's stand-in may provide just that):
 - a tagger: `predict(tokens) -> list[str]`; optionally `input_parts(tokens) -> {"word": (n, dw),
   "elmo": (n, de)}` (the two halves of the paper's [x; ELMo]) and `layer_weights()` (its mix).
 - a mix preset: what `layer_weights()` or a run's metrics JSON holds ({"input": {"weights": s,
@@ -10,7 +10,6 @@ what this file asks of them, so it runs before they exist and keeps working if t
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import threading
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, ModelFileError
+from ..tasks.predict import load_tagger, load_task_model
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def load_preset(name: str, path: str | os.PathLike) -> MixPreset:
         if preset:
             return preset
     if p.is_file() and p.suffix != ".json":
-        preset = preset_from_mix(name, _tasks_module(p).load_task_model(p), os.fspath(p))
+        preset = preset_from_mix(name, load_task_model(p), os.fspath(p))
         if preset:
             return preset
     raise InputError(f"--preset {name}={path}: found no learned mix (JSON with 'scalar_parameters' or 'weights' "
@@ -133,16 +133,6 @@ class TaggerView:
         return preset_from_mix(name, getattr(self.model, "scalar_mix", None), self.source)
 
 
-def _tasks_module(path):
-    try:
-        return importlib.import_module("elmo.tasks")
-    except ImportError as e:
-        raise InputError(f"{path}: loading task models needs elmo.tasks, which this installation lacks ({e})") from e
-
-
-def load_tagger(path: str | os.PathLike) -> TaggerView:
-    """A tagger saved by the task training command, through elmo.tasks.load_tagger."""
-    tasks = _tasks_module(path)
-    if not callable(getattr(tasks, "load_tagger", None)):
-        raise InputError(f"{path}: elmo.tasks has no load_tagger(path) in this installation")
-    return TaggerView(tasks.load_tagger(path), os.fspath(path))
+def tagger_view(path: str | os.PathLike) -> TaggerView:
+    """The lab's view of a tagger saved by `elmo task train --save` (elmo.tasks.load_tagger)."""
+    return TaggerView(load_tagger(path), os.fspath(path))

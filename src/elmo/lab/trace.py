@@ -1,6 +1,6 @@
 """The character encoder taken apart, stage by stage, for "how a vector is built" (panel 2).
 
-`char_stages` runs CharEncoder's stages (doc sections 4.1-4.4) one at a time, keeping what its
+`char_stages` runs CharEncoder's stages (docs/format.md sections 4.1-4.4) one at a time, keeping what its
 forward discards: each filter's best position, the highway gates, and the vector after every
 stage. A test checks its last stage equals the encoder's output.
 """

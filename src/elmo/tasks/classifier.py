@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .layers import Batch, ModelConfig, WordRepresentation, input_dim, make_mix, mix_layers, mix_summary, run_lstm
+from .layers import ModelConfig, TaskBatch, WordRepresentation, input_dim, make_mix, mix_layers, mix_summary, run_lstm
 
 NEG = -1e4
 
@@ -31,7 +31,7 @@ class SentenceClassifier(nn.Module):
         self.mlp = nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(4 * pooled_dim, h), nn.ReLU(),
                                  nn.Dropout(cfg.dropout), nn.Linear(h, len(cfg.labels)))
 
-    def logits(self, batch: Batch) -> torch.Tensor:
+    def logits(self, batch: TaskBatch) -> torch.Tensor:
         mask = batch.mask
         parts = [p for p in [self.words(batch)] if p is not None]
         if self.input_mix is not None:
@@ -50,11 +50,11 @@ class SentenceClassifier(nn.Module):
         pooled_attn = torch.bmm(weights.unsqueeze(1), y).squeeze(1)
         return self.mlp(torch.cat([pooled_max, pooled_min, pooled_mean, pooled_attn], dim=-1))
 
-    def loss(self, batch: Batch) -> torch.Tensor:
+    def loss(self, batch: TaskBatch) -> torch.Tensor:
         return nn.functional.cross_entropy(self.logits(batch), batch.targets)
 
     @torch.no_grad()
-    def decode(self, batch: Batch) -> list[int]:
+    def decode(self, batch: TaskBatch) -> list[int]:
         return self.logits(batch).argmax(-1).tolist()
 
     def mixes(self) -> dict:

@@ -10,7 +10,7 @@ import torch
 
 from ..chars import batch_to_ids
 from .features import FeatureCache
-from .layers import Batch
+from .layers import TaskBatch
 from .readers import Example
 
 
@@ -29,7 +29,7 @@ def pad_elmo(arrays: Sequence[np.ndarray]) -> torch.Tensor:
 
 
 def make_batch(examples: Sequence[Example], vocab: dict[str, int], labels: dict[str, int] | None,
-               elmo: Sequence[np.ndarray] | None) -> Batch:
+               elmo: Sequence[np.ndarray] | None) -> TaskBatch:
     tokens = [e.tokens for e in examples]
     t = max(len(s) for s in tokens)
     words = torch.zeros(len(tokens), t, dtype=torch.long)
@@ -44,7 +44,7 @@ def make_batch(examples: Sequence[Example], vocab: dict[str, int], labels: dict[
             targets[b, : len(e.tags)] = torch.tensor([labels[x] for x in e.tags])
     elif labels is not None and examples[0].label is not None:
         targets = torch.tensor([labels[e.label] for e in examples])
-    return Batch(words, batch_to_ids(tokens), mask, pad_elmo(elmo) if elmo is not None else None, targets)
+    return TaskBatch(words, batch_to_ids(tokens), mask, pad_elmo(elmo) if elmo is not None else None, targets)
 
 
 class TaskData:
@@ -59,7 +59,7 @@ class TaskData:
         return len(self.examples)
 
     def batches(self, vocab: dict[str, int], labels: dict[str, int], batch_size: int,
-                rng: random.Random | None = None) -> Iterator[tuple[list[int], Batch]]:
+                rng: random.Random | None = None) -> Iterator[tuple[list[int], TaskBatch]]:
         """(example indices, batch). With `rng`: shuffled, then sorted by length inside large chunks
         so that batches have little padding; without: input order, for evaluation."""
         order = list(range(len(self.examples)))

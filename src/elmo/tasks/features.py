@@ -22,8 +22,8 @@ import numpy as np
 from ..embed_file import embed_file
 from ..embedder import Embedder
 from ..errors import InputError
-from ..fileio import atomic_path
-from ..models import ModelFiles, resolve_model
+from ..fileio import atomic_path, hash_file
+from ..models import ModelFiles, choose_model
 
 
 @dataclass(frozen=True)
@@ -36,15 +36,8 @@ class ElmoSpec:
 
     @classmethod
     def resolve(cls, model: str | None = None, options: str | None = None, weights: str | None = None) -> ElmoSpec:
-        if options or weights:
-            if not (options and weights):
-                raise InputError("--options and --weights go together")
-            for p in (options, weights):
-                if not os.path.isfile(p):
-                    raise InputError(f"{p}: file not found")
-            return cls(os.path.abspath(options), os.path.abspath(weights), None)
-        files: ModelFiles = resolve_model(model or "default")
-        return cls(str(files.options_file), str(files.weight_file), model)
+        files: ModelFiles = choose_model(model, options, weights)
+        return cls(os.path.abspath(files.options_file), os.path.abspath(files.weight_file), model)
 
     def embedder(self, batch_size: int = 32, device: str = "cpu") -> Embedder:
         return Embedder.from_files(self.options_file, self.weight_file, device=device, batch_size=batch_size)
@@ -68,9 +61,7 @@ def _file_hash(options_file: str, weight_file: str, mtime: float, size: int) -> 
     """Hashed once per process and file version: a real weight file is hundreds of MB."""
     h = hashlib.sha256()
     for path in (options_file, weight_file):
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
+        hash_file(path, h)
     return h.hexdigest()[:16]
 
 

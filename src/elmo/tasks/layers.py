@@ -14,7 +14,7 @@ PAD_ID = 261  # the in-token padding code (PAD_CHAR + 1) that fills a token's un
 
 
 @dataclass
-class Batch:
+class TaskBatch:
     """Padded inputs of a batch: word ids (B, T), char ids (B, T, 50), mask (B, T), cached ELMo layers
     (B, L+1, T, D) or None, and targets (tags (B, T) or labels (B,)) or None."""
 
@@ -77,7 +77,7 @@ class WordRepresentation(nn.Module):
         self.chars = CharCNN(cfg.char_dim, cfg.char_filters) if cfg.char_filters else None
         self.dim = cfg.static_dim + cfg.char_filters
 
-    def forward(self, batch: Batch) -> torch.Tensor | None:
+    def forward(self, batch: TaskBatch) -> torch.Tensor | None:
         parts = []
         if self.static is not None:
             parts.append(self.static(batch.words))

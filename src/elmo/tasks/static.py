@@ -14,7 +14,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..errors import InputError
-from ..fileio import atomic_path, iter_lines
+from ..fileio import atomic_path, check_file, iter_lines
 
 
 def _gensim():
@@ -35,8 +35,7 @@ class Corpus:
     def __init__(self, paths: Sequence[str], max_sentences: int | None = None):
         self.paths = list(paths)
         for p in self.paths:
-            if not os.path.isfile(p):
-                raise InputError(f"{p}: corpus file not found")
+            check_file(p, "a corpus file", noun="corpus file")
         self.max_sentences = max_sentences
         self.passes = 0
 

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from .crf import CRF, bio_constraints
-from .layers import Batch, ModelConfig, WordRepresentation, input_dim, make_mix, mix_layers, mix_summary, run_lstm
+from .layers import ModelConfig, TaskBatch, WordRepresentation, input_dim, make_mix, mix_layers, mix_summary, run_lstm
 
 
 class Tagger(nn.Module):
@@ -29,7 +29,7 @@ class Tagger(nn.Module):
         self.scores = nn.Linear(out_dim, len(cfg.labels))
         self.crf = CRF(len(cfg.labels), *bio_constraints(cfg.labels)) if cfg.crf else None
 
-    def input_parts(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def input_parts(self, batch: TaskBatch) -> dict[str, torch.Tensor]:
         """The encoder's input in its two halves, the paper's [x; ELMo]: {"word": x, "elmo": mixed layers}."""
         parts = {}
         x = self.words(batch)
@@ -39,14 +39,14 @@ class Tagger(nn.Module):
             parts["elmo"] = mix_layers(self.input_mix, batch.elmo, batch.mask)
         return parts
 
-    def emissions(self, batch: Batch) -> torch.Tensor:
+    def emissions(self, batch: TaskBatch) -> torch.Tensor:
         x = torch.cat(list(self.input_parts(batch).values()), dim=-1)
         h = run_lstm(self.encoder, self.dropout(x), batch.mask)
         if self.output_mix is not None:
             h = torch.cat([h, mix_layers(self.output_mix, batch.elmo, batch.mask)], dim=-1)
         return self.scores(self.dropout(h))
 
-    def loss(self, batch: Batch) -> torch.Tensor:
+    def loss(self, batch: TaskBatch) -> torch.Tensor:
         """Mean over sentences of the CRF negative log-likelihood, or mean token cross-entropy without CRF."""
         e = self.emissions(batch)
         if self.crf is not None:
@@ -54,7 +54,7 @@ class Tagger(nn.Module):
         return nn.functional.cross_entropy(e[batch.mask], batch.targets[batch.mask])
 
     @torch.no_grad()
-    def decode(self, batch: Batch) -> list[list[int]]:
+    def decode(self, batch: TaskBatch) -> list[list[int]]:
         e = self.emissions(batch)
         if self.crf is not None:
             return self.crf.viterbi(e, batch.mask)

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from ..devices import move_tensors
 from ..errors import InputError
 from ..fileio import atomic_path
 from .classifier import SentenceClassifier
@@ -105,85 +106,22 @@ def build_model(cfg: ModelConfig):
 
 def run_task(opts: TrainOptions, metrics_path: str | None = None) -> dict:
     """Read, cache, train with early stopping on dev, evaluate dev and test; returns the metrics dict."""
-    if opts.task not in TASKS:
-        raise InputError(f"unknown task {opts.task!r}; expected one of {', '.join(TASKS)}")
-    if opts.elmo is None and opts.static is None and opts.char_filters == 0:
-        raise InputError("nothing to feed the model: give --elmo, --static or a char CNN")
-    for name in ("epochs", "patience", "eval_every"):
-        if getattr(opts, name) < 1:
-            raise InputError(f"--{name.replace('_', '-')} must be at least 1, found {getattr(opts, name)}")
+    _check_options(opts)
     spec = TASKS[opts.task]
     started = time.time()
-    splits = {}
-    for name in ("train", "dev", "test"):
-        splits[name] = read_task_file(opts.task, getattr(opts, name), limit=opts.limit)
+    splits = {name: read_task_file(opts.task, getattr(opts, name), limit=opts.limit) for name in ("train", "dev", "test")}
     rows = subset_rows(len(splits["train"]), opts.train_fraction, opts.seed)
     labels = {n: i for i, n in enumerate(label_set(opts.task, list(splits.values())))}
-
-    vocab_words, table = ["<pad>", "<unk>"], None
-    if opts.static:
-        from .static import embedding_table, load_vectors
-        vocab_words, table = embedding_table(load_vectors(opts.static),
-                                             (t for ex in splits.values() for e in ex for t in e.tokens))
+    vocab_words, table = _word_table(opts, splits)
     vocab = {w: i for i, w in enumerate(vocab_words)}
-
-    caches, elmo_layers, elmo_dim = {}, 0, 0
-    if opts.elmo is not None:
-        embedder = opts.elmo.embedder(device=opts.device)
-        for name, examples in splits.items():
-            tag = f"{opts.task}-{os.path.basename(getattr(opts, name))}-{len(examples)}"
-            caches[name] = build_cache(opts.elmo, [e.tokens for e in examples], opts.cache_dir, tag, embedder=embedder)
-        elmo_layers, elmo_dim = caches["train"].num_layers, caches["train"].dim
-
+    caches = _elmo_caches(opts, splits)
     data = {
         "train": TaskData([splits["train"][r] for r in rows], caches.get("train"), rows),
         "dev": TaskData(splits["dev"], caches.get("dev")),
         "test": TaskData(splits["test"], caches.get("test")),
     }
-    cfg = ModelConfig(kind=spec["kind"], labels=list(labels), vocab_size=len(vocab_words),
-                      static_dim=0 if table is None else table.shape[1], char_filters=opts.char_filters,
-                      hidden=opts.hidden, num_layers=opts.num_layers, dropout=opts.dropout,
-                      elmo_layers=elmo_layers, elmo_dim=elmo_dim, output_mix=opts.output_mix and elmo_layers > 0,
-                      crf=spec["crf"])
-    set_seed(opts.seed)
-    model = build_model(cfg)
-    if table is not None:
-        model.words.static.weight.data.copy_(torch.from_numpy(table))
-    model.to(opts.device)
-    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=opts.lr)
-    rng = random.Random(opts.seed)
-
-    history, best, best_state, best_epoch, stale = [], -1.0, None, 0, 0
-    for epoch in range(1, opts.epochs + 1):
-        model.train()
-        total, count = 0.0, 0
-        bar = tqdm(total=len(data["train"]), desc=f"{opts.task} epoch {epoch}", unit="sent", dynamic_ncols=True,
-                   disable=not opts.progress, file=sys.stderr)
-        for idx, batch in data["train"].batches(vocab, labels, opts.batch_size, rng):
-            batch = _to(batch, opts.device)
-            loss = model.loss(batch)
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-            optimizer.step()
-            total += loss.item() * len(idx)
-            count += len(idx)
-            bar.update(len(idx))
-            bar.set_postfix(loss=f"{total / count:.4f}")
-        bar.close()
-        if epoch % opts.eval_every and epoch != opts.epochs:
-            history.append({"epoch": epoch, "train_loss": total / max(count, 1)})
-            continue
-        dev = evaluate(model, data["dev"], vocab, labels, opts.task)
-        history.append({"epoch": epoch, "train_loss": total / max(count, 1), "dev": dev})
-        score = dev[spec["metric"]]
-        if score > best:
-            best, best_state, best_epoch, stale = score, copy.deepcopy(model.state_dict()), epoch, 0
-        else:
-            stale += 1
-            if stale >= opts.patience:
-                break
-    model.load_state_dict(best_state)
+    cfg, model = _new_model(opts, spec, list(labels), vocab_words, table, caches.get("train"))
+    history, best_epoch = _train_with_early_stopping(model, data, vocab, labels, opts, spec["metric"])
     metrics = {
         "task": opts.task,
         "arm": "elmo" if opts.elmo else "static",
@@ -206,23 +144,108 @@ def run_task(opts: TrainOptions, metrics_path: str | None = None) -> dict:
     for cache in caches.values():
         cache.close()
     if opts.save:
-        save_checkpoint(opts.save, model, cfg, vocab_words, opts, metrics)
+        save_task_model(opts.save, model, cfg, vocab_words, opts, metrics)
     if metrics_path:
         write_json(metrics_path, metrics)
     return metrics
 
 
+def _check_options(opts: TrainOptions) -> None:
+    if opts.task not in TASKS:
+        raise InputError(f"unknown task {opts.task!r}; expected one of {', '.join(TASKS)}")
+    if opts.elmo is None and opts.static is None and opts.char_filters == 0:
+        raise InputError("nothing to feed the model: give --model, --static or a char CNN")
+    for name in ("epochs", "patience", "eval_every"):
+        if getattr(opts, name) < 1:
+            raise InputError(f"--{name.replace('_', '-')} must be at least 1, found {getattr(opts, name)}")
+
+
+def _word_table(opts: TrainOptions, splits: dict) -> tuple[list[str], np.ndarray | None]:
+    """The word vocabulary (padding, unknown, then the static vectors' words that occur) and their vectors."""
+    if not opts.static:
+        return ["<pad>", "<unk>"], None
+    from .static import embedding_table, load_vectors
+    return embedding_table(load_vectors(opts.static), (t for ex in splits.values() for e in ex for t in e.tokens))
+
+
+def _elmo_caches(opts: TrainOptions, splits: dict) -> dict:
+    """Each split's biLM layers, computed once into the cache (none for the static arm)."""
+    if opts.elmo is None:
+        return {}
+    embedder = opts.elmo.embedder(device=opts.device)
+    caches = {}
+    for name, examples in splits.items():
+        tag = f"{opts.task}-{os.path.basename(getattr(opts, name))}-{len(examples)}"
+        caches[name] = build_cache(opts.elmo, [e.tokens for e in examples], opts.cache_dir, tag, embedder=embedder)
+    return caches
+
+
+def _new_model(opts: TrainOptions, spec: dict, labels: list[str], vocab_words: list[str], table: np.ndarray | None,
+               train_cache) -> tuple[ModelConfig, torch.nn.Module]:
+    """The task model, seeded, with the static vectors copied in, on the device."""
+    elmo_layers, elmo_dim = (train_cache.num_layers, train_cache.dim) if train_cache is not None else (0, 0)
+    cfg = ModelConfig(kind=spec["kind"], labels=labels, vocab_size=len(vocab_words),
+                      static_dim=0 if table is None else table.shape[1], char_filters=opts.char_filters,
+                      hidden=opts.hidden, num_layers=opts.num_layers, dropout=opts.dropout,
+                      elmo_layers=elmo_layers, elmo_dim=elmo_dim, output_mix=opts.output_mix and elmo_layers > 0,
+                      crf=spec["crf"])
+    set_seed(opts.seed)
+    model = build_model(cfg)
+    if table is not None:
+        model.words.static.weight.data.copy_(torch.from_numpy(table))
+    model.to(opts.device)
+    return cfg, model
+
+
+def _train_with_early_stopping(model, data: dict, vocab: dict, labels: dict, opts: TrainOptions,
+                               metric: str) -> tuple[list[dict], int]:
+    """Epochs until `patience` dev scorings bring no better score; the model ends with its best weights."""
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=opts.lr)
+    rng = random.Random(opts.seed)
+    history, best, best_state, best_epoch, stale = [], -1.0, None, 0, 0
+    for epoch in range(1, opts.epochs + 1):
+        train_loss = _train_epoch(model, optimizer, data["train"], vocab, labels, opts, rng, epoch)
+        if epoch % opts.eval_every and epoch != opts.epochs:
+            history.append({"epoch": epoch, "train_loss": train_loss})
+            continue
+        dev = evaluate(model, data["dev"], vocab, labels, opts.task)
+        history.append({"epoch": epoch, "train_loss": train_loss, "dev": dev})
+        if dev[metric] > best:
+            best, best_state, best_epoch, stale = dev[metric], copy.deepcopy(model.state_dict()), epoch, 0
+        else:
+            stale += 1
+            if stale >= opts.patience:
+                break
+    model.load_state_dict(best_state)
+    return history, best_epoch
+
+
+def _train_epoch(model, optimizer, train: TaskData, vocab: dict, labels: dict, opts: TrainOptions,
+                 rng: random.Random, epoch: int) -> float:
+    """One pass over the training sentences; returns the mean loss per sentence."""
+    model.train()
+    total, count = 0.0, 0
+    bar = tqdm(total=len(train), desc=f"{opts.task} epoch {epoch}", unit="sent", dynamic_ncols=True,
+               disable=not opts.progress, file=sys.stderr)
+    for idx, batch in train.batches(vocab, labels, opts.batch_size, rng):
+        loss = model.loss(_to(batch, opts.device))
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        optimizer.step()
+        total += loss.item() * len(idx)
+        count += len(idx)
+        bar.update(len(idx))
+        bar.set_postfix(loss=f"{total / count:.4f}")
+    bar.close()
+    return total / max(count, 1)
+
+
 def _to(batch, device):
-    if str(device) == "cpu":
-        return batch
-    for name in ("words", "chars", "mask", "elmo", "targets"):
-        value = getattr(batch, name)
-        if value is not None:
-            setattr(batch, name, value.to(device))
-    return batch
+    return batch if str(device) == "cpu" else move_tensors(batch, device)
 
 
-def save_checkpoint(path: str, model, cfg: ModelConfig, vocab_words: list[str], opts: TrainOptions, metrics: dict) -> None:
+def save_task_model(path: str, model, cfg: ModelConfig, vocab_words: list[str], opts: TrainOptions, metrics: dict) -> None:
     """Everything `load_task_model` needs, including the learned scalar-mix weights (presets for the lab)."""
     state = {
         "format": CHECKPOINT_FORMAT,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from xml.parsers import expat
 
 from ..errors import InputError
+from ..fileio import check_file
 from .readers import numbered_lines as _lines
 
 # Coarse POS of the framework -> WordNet ss_types (3 adjective, 5 adjective satellite).
@@ -42,9 +43,7 @@ def read_raganato_xml(path: str | os.PathLike, limit: int | None = None) -> list
     Parsed with expat so that every error names the line: malformed XML, an instance without
     id/lemma/pos, or words outside a sentence.
     """
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise InputError(f"{path}: file not found")
+    path = check_file(path, "a SemCor XML file")
     sentences: list[WsdSentence] = []
     state: dict = {"sentence": None, "element": None, "attrs": None, "text": []}
     parser = expat.ParserCreate("UTF-8")

@@ -1,4 +1,4 @@
-"""Training biLMs the way bilm-tf did (doc section 7): vocabulary, data streams, losses, the loop,
+"""Training biLMs the way bilm-tf did (docs/format.md section 7): vocabulary, data streams, losses, the loop,
 export to the original model files, and held-out perplexity.
 
 Modules: vocab (build/load the vocabulary), data (corpus streams and batches), softmax (full and

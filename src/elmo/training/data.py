@@ -1,4 +1,4 @@
-"""Corpus reading and batching as bilm-tf does it (doc section 7, "Batching").
+"""Corpus reading and batching as bilm-tf does it (docs/format.md section 7, "Batching").
 
 A `SentenceSource` yields sentences in a seeded, shuffled order that can be resumed exactly from a
 small position record; it never holds more than one chunk of lines. Three batchers (`--batching`):
@@ -31,7 +31,9 @@ import numpy as np
 import torch
 
 from ..chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS, token_to_ids
+from ..devices import move_tensors
 from ..errors import InputError
+from ..fileio import check_file, invalid_utf8
 
 MAX_LINE_BYTES = 100_000  # far above any real sentence (wiki_corpus' longest is ~3 KB)
 CHUNK_LINES = 100_000  # lines shuffled together; memory is one chunk of raw lines
@@ -56,10 +58,7 @@ def expand_corpus(patterns: Iterable[str] | str) -> list[str]:
 
 
 def _open_binary(path: str) -> IO[bytes]:
-    if os.path.isdir(path):
-        raise InputError(f"{path}: is a directory, expected a corpus file")
-    if not os.path.exists(path):
-        raise InputError(f"{path}: corpus file not found")
+    check_file(path, "a corpus file", noun="corpus file")
     return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
 
 
@@ -78,7 +77,7 @@ def _decode(raw: bytes, path: str, number: int) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InputError(f"{path}, line {number + 1}: invalid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})") from None
+        raise invalid_utf8(path, number, raw, e) from None
 
 
 def read_sentences(path: str) -> Iterator[tuple[int, list[str]]]:
@@ -224,7 +223,7 @@ class Batch:
         return int(self.lengths.sum())
 
     def to(self, device: torch.device | str) -> Batch:
-        return Batch(*(t.to(device, non_blocking=True) for t in self.__dict__.values()))
+        return move_tensors(self, device)
 
 
 class _Packer:

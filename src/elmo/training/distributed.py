@@ -7,19 +7,15 @@ import os
 import torch
 import torch.distributed as dist
 
-from ..errors import InputError
+from ..devices import check_device, gpu_of_rank
 
 
 def pick_device(requested: str | None, local_rank: int) -> torch.device:
+    """--device checked (elmo.devices); a bare "cuda" is this local rank's GPU."""
     if requested is None:
         requested = "cuda" if torch.cuda.is_available() else "cpu"
-    if requested.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise InputError(f"--device {requested}: CUDA is not available on this machine")
-        return torch.device("cuda", local_rank if requested == "cuda" else torch.device(requested).index)
-    if requested != "cpu":
-        raise InputError(f"--device must be cpu, cuda or cuda:N, found {requested!r}")
-    return torch.device("cpu")
+    device = check_device(requested, "--device")
+    return gpu_of_rank(local_rank) if device.type == "cuda" and device.index is None else device
 
 
 def setup(requested_device: str | None) -> tuple[int, int, torch.device]:

@@ -1,7 +1,7 @@
 """`elmo export RUN_DIR -o MODEL_DIR`: a training run's checkpoint -> the original model files.
 
 MODEL_DIR gets options.json for prediction (only `lstm` and `char_cnn`, `n_characters` 262, as the
-released files), weights.hdf5 exactly as bilm-tf's `dump_weights` writes it (doc 3.4: 261-row
+released files), weights.hdf5 exactly as bilm-tf's `dump_weights` writes it (docs/format.md 3.4: 261-row
 char table, no softmax), softmax.hdf5 (W, b) for perplexity, and vocab.txt.
 """
 

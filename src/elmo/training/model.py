@@ -1,4 +1,4 @@
-"""bilm-tf's training graph: two LMs sharing the character encoder and the softmax (doc section 7)."""
+"""bilm-tf's training graph: two LMs sharing the character encoder and the softmax (docs/format.md section 7)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -44,7 +45,7 @@ def perplexity(model: LanguageModel, vocab: Vocab, test: list[str] | str, mode: 
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(unit=" tok", unit_scale=True, desc="perplexity", mininterval=1.0)
+        bar = tqdm(unit=" tok", unit_scale=True, desc="perplexity", mininterval=1.0, file=sys.stderr)
     while (batch := batcher.next_batch()) is not None:
         nll_f, nll_b, new_states = model(batch.to(device), states, streaming)
         total_f += nll_f.double().sum().item()

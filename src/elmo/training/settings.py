@@ -105,7 +105,7 @@ def fresh_run(s: TrainSettings) -> tuple[dict, dict, Vocab]:
         check(s.options is not None, "give the architecture: --preset NAME, --options options.json or --init-from MODEL_DIR")
         options = copy.deepcopy(s.options)
     BiLMConfig.from_options(options, source="the model options")  # fail early on a broken architecture
-    options["char_cnn"]["n_characters"] = 261  # the training-time table (doc 3.3)
+    options["char_cnn"]["n_characters"] = 261  # the training-time table (docs/format.md 3.3)
     for name, (key, default) in OPTION_KEYS.items():
         value = getattr(s, name)
         options[key] = value if value is not None else options.get(key, default)

@@ -1,4 +1,4 @@
-"""The output softmax shared by both LMs: full, and TF's sampled softmax (doc section 7).
+"""The output softmax shared by both LMs: full, and TF's sampled softmax (docs/format.md section 7).
 
 The sampled loss is what `tf.nn.sampled_softmax_loss` computes with its defaults: one set of
 distinct negatives per call from a log-uniform sampler over the frequency-sorted vocabulary, every

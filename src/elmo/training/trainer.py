@@ -1,4 +1,4 @@
-"""`elmo train`: bilm-tf's recipe (doc section 7) as a plain torch loop, resumable bit for bit.
+"""`elmo train`: bilm-tf's recipe (docs/format.md section 7) as a plain torch loop, resumable bit for bit.
 
 A run directory holds options.json (the architecture plus bilm-tf's training keys, as bilm-tf
 writes it), run.json (our settings), vocab.txt, metrics.jsonl and checkpoints/. A checkpoint holds
@@ -151,6 +151,7 @@ def _open_run(s: TrainSettings, rank: int, world: int) -> tuple[dict, dict, Voca
     run["control"] = control
     if rank == 0 and checkpoint is None:
         out.mkdir(parents=True, exist_ok=True)
+        (out / METRICS_FILE).unlink(missing_ok=True)  # a run that died before its first checkpoint
         write_options(options, out / OPTIONS_NAME)
         write_vocab(vocab.tokens, out / VOCAB_NAME)
         with atomic_path(out / RUN_FILE) as tmp, open(tmp, "w", encoding="utf-8") as f:

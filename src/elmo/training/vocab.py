@@ -1,4 +1,4 @@
-"""The LM vocabulary (doc 3.4): `<S>`, `</S>`, `<UNK>`, then tokens by descending frequency.
+"""The LM vocabulary (docs/format.md 3.4): `<S>`, `</S>`, `<UNK>`, then tokens by descending frequency.
 
 The order matters: the sampled softmax draws negatives log-uniformly over ids, which assumes that a
 small id means a frequent token.

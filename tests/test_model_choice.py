@@ -1,0 +1,47 @@
+"""One way to choose a model: `--model NAME|DIR` or `--options O --weights W`, in every command."""
+
+import json
+
+import pytest
+
+from elmo.cli import build_parser
+from elmo.cli import main as cli_main
+from elmo.errors import InputError, ModelFileError
+from elmo.models import choose_model, resolve_model
+
+
+def test_choose_model_takes_a_name_a_directory_or_a_file_pair(allennlp_dir, tmp_path):
+    assert choose_model() == resolve_model("default")
+    assert choose_model("default") == resolve_model("default")
+    pair = choose_model(options=allennlp_dir / "options.json", weights=allennlp_dir / "lm_weights.hdf5")
+    assert pair.weight_file == allennlp_dir / "lm_weights.hdf5" and pair.vocab_file is None
+    with pytest.raises(InputError, match="--options and --weights go together"):
+        choose_model(options=allennlp_dir / "options.json")
+    with pytest.raises(InputError, match="either --model or --options/--weights"):
+        choose_model("default", allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5")
+    with pytest.raises(InputError, match=r"missing\.hdf5: file not found"):
+        choose_model(options=allennlp_dir / "options.json", weights=tmp_path / "missing.hdf5")
+
+
+def test_a_training_run_is_not_a_model_and_the_error_says_how_to_make_one(allennlp_dir, tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "options.json").write_text((allennlp_dir / "options.json").read_text())
+    (run / "run.json").write_text(json.dumps({"seed": 1}))
+    with pytest.raises(ModelFileError, match=r"a training run, not a model directory; make one with `elmo export"):
+        choose_model(run)
+    text = tmp_path / "in.txt"
+    text.write_text("a b\n")
+    assert cli_main(["embed", str(text), str(tmp_path / "o.hdf5"), "--model", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"elmo embed: error: {run}: a training run, not a model directory; make one with " \
+                  f"`elmo export {run} -o MODEL_DIR` and pass that"
+
+
+@pytest.mark.parametrize("flag", ["--model", "--elmo"])
+def test_task_commands_take_model_and_keep_elmo_as_its_old_name(flag):
+    parser = build_parser()
+    args = parser.parse_args(["task", "train", "ner", "--train", "t", "--dev", "d", "--test", "e", flag, "none"])
+    assert args.model == "none"
+    args = parser.parse_args(["probe", "pos", "--layer", "1", "--train", "t", "--test", "e", flag, "default"])
+    assert args.model == "default"
