@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 EXTRAS = ["seqeval", "gensim", "matplotlib", "starlette", "uvicorn", "httpx2", "playwright", "pytest"]
 HIDE = f"""
@@ -23,6 +25,7 @@ print("lab", main(["lab", "--no-browser"]))
 """
 
 
+@pytest.mark.slow  # end to end: `elmo embed` in a second interpreter
 def test_core_install_embeds_and_an_extra_command_names_its_extra(tmp_path):
     """One interpreter (torch imports once): `elmo embed` with the bundled model, then `elmo lab`."""
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"), OMP_NUM_THREADS="1")

@@ -47,6 +47,7 @@ def single_threaded(fn):
         torch.set_num_threads(before)
 
 
+@pytest.mark.slow  # end to end: a whole script in a second interpreter
 def test_allennlp_09_script_runs_with_only_the_import_changed(tmp_path, allennlp_dir, fixture_sentences):
     sentences = [s.split() for s in fixture_sentences[0]] + [[]]
     corpus = tmp_path / "corpus.txt"

@@ -143,6 +143,7 @@ def test_sigkill_and_resume_equals_uninterrupted(tmp_path, fixture_run):
                        for i, r in enumerate(json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines())]
 
 
+@pytest.mark.slow  # resume
 @pytest.mark.parametrize("batching", ["sentence", "stream", "ordered"])
 def test_resume_equals_uninterrupted_for_each_batching(tmp_path, fixture_run, batching):
     _, _, flags = fixture_run
@@ -182,6 +183,7 @@ def test_default_recipe_works_from_zero_state_in_both_directions(tmp_path):
     assert 0.5 < result["forward"] / result["backward"] < 2.0, result
 
 
+@pytest.mark.slow  # resume
 def test_max_minutes_stops_with_a_checkpoint_and_resume_continues(tmp_path, fixture_run):
     _, _, flags = fixture_run
     run = tmp_path / "timed"
