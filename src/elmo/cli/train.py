@@ -9,6 +9,7 @@ import sys
 from ..devices import check_device
 from ..errors import InputError
 from ..options import read_options
+from . import settings_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -116,10 +117,7 @@ def run_train(args: argparse.Namespace) -> int:
         options = preset_options(args.preset)
     elif args.options:
         options = read_options(args.options).to_options()
-    names = ["train", "vocab", "init_from", "batch_size", "unroll_steps", "dropout", "first_layer_dropout", "freeze", "clip_norm", "lr", "optimizer",
-             "sampled", "negatives", "batching", "objective", "seed", "max_steps", "max_minutes", "epochs", "checkpoint_every", "checkpoint_minutes",
-             "keep_checkpoints", "log_every", "threads", "device", "bf16", "resume", "progress"]
-    settings = TrainSettings(out=args.out, options=options, **{n: getattr(args, n) for n in names})
+    settings = settings_from_args(TrainSettings, args, options=options)  # --options is a path; this is its dict
     summary = train(settings)
     if "step" in summary and summary.get("checkpoint"):
         print(f"step {summary['step']}: loss {summary['loss']:.4f}, ppl {summary['ppl']:.2f}; checkpoint {summary['checkpoint']}",
