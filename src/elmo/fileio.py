@@ -142,20 +142,20 @@ class GuardedFile(io.RawIOBase):
         return n
 
     def write(self, data) -> int:
-        data = bytes(memoryview(data).cast("B"))
+        view = memoryview(data).cast("B")
+        start = self._file.tell()
         if self.error is None:
             try:
-                self._write(data)
-                return len(data)
+                self._write(view)
+                return len(view)
             except OSError as e:
                 self.error = e
-        self._unwritten.append((self._file.tell(), data))
-        self._file.seek(len(data), os.SEEK_CUR)
-        return len(data)
+        self._unwritten.append((start, bytes(view)))  # a copy: HDF5 reuses its buffer
+        self._file.seek(start + len(view))
+        return len(view)
 
-    def _write(self, data) -> None:
-        """Write all of `data` at the current offset (a seam for tests that simulate a full disk)."""
-        view = memoryview(data).cast("B")
+    def _write(self, view: memoryview) -> None:
+        """Write all of `view` at the current offset (a seam for tests that simulate a full disk)."""
         while view:
             view = view[self._file.write(view):]
 
