@@ -8,13 +8,12 @@ hundred sentences from them, so a reference set is cheap to build and the same e
 
 from __future__ import annotations
 
-import gzip
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..tasks.readers import read_conllu
-from ..tasks.wsd_data import WsdSentence, read_gold_keys, read_raganato_xml
+from ..tasks.wsd_data import WsdSentence, read_glosses, read_gold_keys, read_raganato_xml
 
 # Ambiguous SemCor words and two of their WordNet 3.0 senses each (the most frequent two in SemCor,
 # except where a clearer pair was close behind). Keys are what SemCor's gold file uses.
@@ -143,26 +142,5 @@ def _sense_counts(out: list[Sentence], allowed: set[str]) -> dict[str, int]:
 
 
 def wordnet_glosses(data: Path, sense_keys: set[str]) -> dict[str, str]:
-    """sense key -> the first part of its WordNet 3.0 gloss ('' for keys WordNet lacks)."""
-    root = data / WORDNET
-    index = root / "index.sense.gz"
-    if not sense_keys or not index.is_file():
-        return {}
-    offsets: dict[tuple[str, str], str] = {}  # (data file suffix, offset) -> key
-    pos_file = {"1": "noun", "2": "verb", "3": "adj", "4": "adv", "5": "adj"}
-    with gzip.open(index, "rt", encoding="utf-8") as f:
-        for line in f:
-            key, offset, *_ = line.split()
-            if key in sense_keys:
-                offsets[(pos_file[key.split("%")[1][0]], offset)] = key
-    glosses = {}
-    for suffix in sorted({s for s, _ in offsets}):
-        path = root / f"data.{suffix}.gz"
-        if not path.is_file():
-            continue
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            for line in f:
-                key = offsets.get((suffix, line[:8]))
-                if key and " | " in line:
-                    glosses[key] = line.split(" | ", 1)[1].split(";")[0].strip()
-    return glosses
+    """sense key -> the first part of its WordNet 3.0 gloss (tasks/wsd_data.py reads WordNet)."""
+    return read_glosses(data / WORDNET, sense_keys)

@@ -7,6 +7,7 @@ import gzip
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from xml.parsers import expat
 
 from ..errors import InputError
@@ -162,6 +163,33 @@ class WordNetSenses:
         """WordNet's sense number 1 (the most frequent sense baseline), or None for an unknown lemma."""
         found = self.senses(lemma, pos)
         return found[0] if found else None
+
+
+def read_glosses(wordnet_dir: str | os.PathLike, sense_keys: set[str]) -> dict[str, str]:
+    """sense key -> the first part of its WordNet 3.0 gloss, from index.sense.gz and data.<pos>.gz
+    (keys WordNet lacks are left out; no files, no glosses)."""
+    root = Path(wordnet_dir)
+    index = root / "index.sense.gz"
+    if not sense_keys or not index.is_file():
+        return {}
+    offsets: dict[tuple[str, str], str] = {}  # (data file suffix, offset) -> key
+    pos_file = {"1": "noun", "2": "verb", "3": "adj", "4": "adv", "5": "adj"}
+    with gzip.open(index, "rt", encoding="utf-8") as f:
+        for line in f:
+            key, offset, *_ = line.split()
+            if key in sense_keys:
+                offsets[(pos_file[key.split("%")[1][0]], offset)] = key
+    glosses = {}
+    for suffix in sorted({s for s, _ in offsets}):
+        path = root / f"data.{suffix}.gz"
+        if not path.is_file():
+            continue
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for line in f:
+                key = offsets.get((suffix, line[:8]))
+                if key and " | " in line:
+                    glosses[key] = line.split(" | ", 1)[1].split(";")[0].strip()
+    return glosses
 
 
 def first_sense_answers(sentences: list[WsdSentence], wordnet: WordNetSenses) -> dict[str, str]:
