@@ -13,6 +13,11 @@ from . import settings_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    for add in (_add_vocab, _add_train, _add_perplexity, _add_export):
+        add(sub)
+
+
+def _add_vocab(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("vocab", help="build a vocabulary file from a tokenized corpus",
                        description="Count tokens and write <S>, </S>, <UNK>, then tokens by descending count "
                        "(ties in text order), one per line.")
@@ -22,6 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-size", type=int, default=None, help="keep at most this many lines, specials included")
     p.set_defaults(func=run_vocab)
 
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a biLM (bilm-tf's recipe) on a tokenized corpus",
                        description="Train forward and backward LMs sharing the char CNN and softmax. Unset "
                        "training values come from the options' training keys, else the original recipe.")
@@ -73,6 +80,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     p.set_defaults(func=run_train)
 
+
+def _add_perplexity(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("perplexity", help="forward/backward/average perplexity of a model on held-out text")
     p.add_argument("model", help="MODEL_DIR (with softmax.hdf5), bundled model name, or a training run directory")
     p.add_argument("--test", nargs="+", required=True, help="files or globs of tokenized text, one sentence per line")
@@ -88,6 +97,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="no progress bar (it goes to stderr, so --json output on stdout stays clean)")
     p.set_defaults(func=run_perplexity)
 
+
+def _add_export(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="write a training run as a model directory in the original format")
     p.add_argument("run_dir", help="training run directory")
     p.add_argument("-o", "--output", required=True, help="MODEL_DIR to write")
