@@ -248,6 +248,25 @@ def test_train_export_embed_round_trip(tmp_path, fixture_run):
 
 
 
+def test_float16_export_reads_back_as_the_rounded_float32_weights(tmp_path, fixture_run):
+    _, _, flags = fixture_run
+    run, model_dir = tmp_path / "run", tmp_path / "model16"
+    assert cli_main(["train", *flags, "--max-steps", "2", "--out", str(run)]) == 0
+    assert cli_main(["export", str(run), "-o", str(model_dir), "--float16"]) == 0
+    lm, _, _ = load_run(run)
+    with h5py.File(model_dir / "weights.hdf5", "r") as f:
+        assert {f[name].dtype for name in dataset_map(lm.bilm)} == {np.dtype(np.float16)}
+    loaded = load_bilm(model_dir / "options.json", model_dir / "weights.hdf5")
+    for name, value in loaded.state_dict().items():
+        assert value.dtype == torch.float32, name
+        rounded = lm.bilm.state_dict()[name].to(torch.float16).to(torch.float32)
+        if name == "char_encoder.char_embed" and value.shape[0] == rounded.shape[0] + 1:
+            value = value[1:]  # the inference table's zero row
+        assert torch.equal(value, rounded), name
+    with h5py.File(model_dir / "softmax.hdf5", "r") as f:
+        assert f["W"].dtype == np.float16
+
+
 def test_perplexity_cli_json(tmp_path, fixture_run, capsys):
     data, _, flags = fixture_run
     run, model_dir = tmp_path / "run", tmp_path / "model"

@@ -113,22 +113,27 @@ def load_bilm(options_file: str | os.PathLike | BiLMConfig, weight_file: str | o
     return bilm
 
 
-def save_weights(bilm: BiLM, weight_file: str | os.PathLike) -> None:
-    """Write weights.hdf5 in the original layout: float32, contiguous, no attributes, no softmax."""
+def save_weights(bilm: BiLM, weight_file: str | os.PathLike, float16: bool = False) -> None:
+    """Write weights.hdf5 in the original layout: float32, contiguous, no attributes, no softmax.
+
+    `float16` halves the file (the bundled model fits its size budget that way); `load_bilm` reads
+    it back as float32. The original tools expect float32 files.
+    """
     if bilm.config.token_input is not None:
         raise ModelFileError(f"{os.fspath(weight_file)}: this model reads its own character/word lexicons "
                              "(ELMoForManyLangs), which options.json + weights.hdf5 cannot describe; not written")
     with atomic_path(weight_file) as tmp, h5py.File(tmp, "w") as f:
         for name, (param, shape) in dataset_map(bilm).items():
-            f.create_dataset(name, data=param.detach().to("cpu", torch.float32).numpy().reshape(shape))
+            f.create_dataset(name, data=param.detach().to("cpu", torch.float16 if float16 else torch.float32).numpy().reshape(shape))
 
 
-def save_bilm(bilm: BiLM, options_file: str | os.PathLike, weight_file: str | os.PathLike) -> None:
-    """Write options.json + weights.hdf5 so that `load_bilm` gives back identical outputs (folders are created)."""
+def save_bilm(bilm: BiLM, options_file: str | os.PathLike, weight_file: str | os.PathLike, float16: bool = False) -> None:
+    """Write options.json + weights.hdf5 so that `load_bilm` gives back identical outputs (folders are
+    created); with `float16`, the weights rounded to float16."""
     for path in (options_file, weight_file):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     write_options(bilm.config, options_file)
-    save_weights(bilm, weight_file)
+    save_weights(bilm, weight_file, float16=float16)
 
 
 def model_fingerprint(bilm: BiLM) -> str:

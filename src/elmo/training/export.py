@@ -48,7 +48,8 @@ def load_run(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = 
 
 
 def export_run(run_dir: str | os.PathLike, model_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = None,
-               softmax_float16: bool = False, overwrite: bool = False) -> ModelFiles:
+               softmax_float16: bool = False, overwrite: bool = False, float16: bool = False) -> ModelFiles:
+    """A run's checkpoint as a model directory; `float16` stores every weight (softmax too) as float16."""
     model, vocab, _ = load_run(run_dir, checkpoint)
     out = Path(model_dir)
     names = (OPTIONS_NAME, WEIGHTS_NAME, SOFTMAX_NAME, VOCAB_NAME)
@@ -57,8 +58,8 @@ def export_run(run_dir: str | os.PathLike, model_dir: str | os.PathLike, checkpo
         raise InputError(f"{out}: already holds {', '.join(present)}; pass --overwrite to replace them")
     out.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
-        save_bilm(model.bilm, out / OPTIONS_NAME, out / WEIGHTS_NAME)
-        save_softmax(model.softmax, out / SOFTMAX_NAME, float16=softmax_float16)
+        save_bilm(model.bilm, out / OPTIONS_NAME, out / WEIGHTS_NAME, float16=float16)
+        save_softmax(model.softmax, out / SOFTMAX_NAME, float16=softmax_float16 or float16)
     write_vocab(vocab.tokens, out / VOCAB_NAME)
     return ModelFiles.from_dir(out)
 
