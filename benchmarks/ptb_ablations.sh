@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Issue #26's PTB comparisons at matched epochs (4 each): our biLM of LSTM-Char-Small's size with
+# the corpus in order vs shuffled sentences, and with the mean or the sum of the direction losses or
+# the forward LM alone; beside Kim et al.'s recipe on a plain word LSTM, in order and shuffled.
+# Each line is resumable (rerun the script); logs: RUNS/<name>/benchmark.jsonl and RUNS/word-*.log.
+# About 25 minutes an epoch on the idle 2-core CPU, a few on one GPU (--device cuda via DEVICE=cuda).
+#   bash benchmarks/ptb_ablations.sh RUNS [EPOCHS]
+set -euo pipefail
+runs=${1:?usage: $0 RUNS_DIR [EPOCHS]}
+epochs=${2:-4}
+here=$(cd "$(dirname "$0")" && pwd)
+device=${DEVICE:-cpu}
+threads=${THREADS:-2}
+mkdir -p "$runs"
+for setup in "ordered mean" "stream mean" "ordered sum" "ordered forward"; do
+  set -- $setup
+  python "$here/ptb_char_small.py" --out "$runs/bilm-$1-$2" --batching "$1" --objective "$2" \
+    --epochs "$epochs" --threads "$threads" --device "$device"
+done
+for order in "" "--shuffle-sentences"; do
+  name=word${order:+-shuffled}
+  [ -s "$runs/$name.log" ] || python "$here/ptb_word_reference.py" --epochs "$epochs" --threads "$threads" $order \
+    > "$runs/$name.log"
+done
