@@ -1,7 +1,7 @@
 """Check, beside AllenNLP 2.10.1 itself, that `Elmo` state_dicts move both ways, strictly.
 
-    bash ../shared/tools/allennlp-peer-venv.sh /work/allennlp-venv      # once; outside the repo
-    PYTHONPATH=src /work/allennlp-venv/bin/python scripts/check_allennlp_state_dict.py
+    bash ../shared/tools/allennlp-peer-venv.sh ../allennlp-venv      # once; outside the repo
+    PYTHONPATH=src ../allennlp-venv/bin/python scripts/check_allennlp_state_dict.py
 
 AllenNLP is never a dependency of this package; this script is the only thing that imports both.
 On the shared fixture model, for a plain `Elmo` (2 representations, non-default mixes, biLM weights

@@ -264,7 +264,7 @@ class LstmLayer(nn.Module):
         if all(n == batch for n in active):
             packed = x.transpose(0, 1)[: len(active)].reshape(len(active) * batch, -1)
         else:  # one gather: a cat of per-step slices would, in backward, fill a zero (T, B, D) per step
-            t_idx, b_idx = (torch.arange(batch, device=x.device) < lengths.unsqueeze(1).new_tensor(active).unsqueeze(1)).nonzero(as_tuple=True)
+            t_idx, b_idx = (torch.arange(batch, device=x.device) < torch.tensor(active, device=x.device).unsqueeze(1)).nonzero(as_tuple=True)
             packed = x.reshape(batch * steps, -1)[b_idx * steps + t_idx]
         w_x, w_h_rows = self.W_0[: self.input_dim], self.W_0[self.input_dim :]
         widest = active[0] if active else 0
