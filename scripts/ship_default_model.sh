@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Ship a finished training run as the bundled `default` model (issue #25's last step), in order:
+# export (every weight float16, so the package stays within 40 MB), the model card, the homonym
+# checks, the task grid and probes, and the lab's screenshots. Each step's command is also what the
+# docs quote beside its numbers. Hours of CPU (the grid); every step can be rerun on its own.
+#   bash scripts/ship_default_model.sh RUN_DIR
+set -euo pipefail
+run=${1:?usage: $0 RUN_DIR}
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+elmo export "$run" -o src/elmo/bundled/default --float16 --overwrite
+du -sh src/elmo                                                    # the installed package's budget: 40 MB
+python scripts/evaluate_default_model.py --run "$run"             # docs/model-card.json and .md
+python scripts/sense_check.py --set tests/data/homonyms.json
+python scripts/sense_check.py --set tests/data/homonyms_heldout.json
+python scripts/run_results.py --elmo default                      # docs/results.md (resumable; N copies share it)
+ELMO_LAB_SCREENSHOTS=1 python -m pytest tests/test_lab_browser.py # docs/lab/*.png
