@@ -13,6 +13,7 @@ import torch
 from conftest import BILM_TF, need
 
 from elmo.cli import main as cli_main
+from elmo.devices import cpu_has_bf16
 from elmo.errors import InputError, ModelFileError
 from elmo.options import BiLMConfig
 from elmo.training import TrainingError
@@ -422,6 +423,72 @@ def test_fused_softmax_nll_matches_plain_autograd():
             torch.testing.assert_close(fused(), want, rtol=0, atol=1e-12)  # evaluation: no gradient kept
     with pytest.raises(ValueError, match="exactly one"):
         softmax_nll(h, W, bias)
+
+
+def test_fused_softmax_nll_under_bf16_autocast_stays_close_to_float32():
+    """Under autocast the fused softmax runs its GEMMs in bfloat16 and the softmax in float32: the values
+    and every gradient stay within bfloat16's rounding of the float32 ones, with float32 outputs."""
+    torch.manual_seed(0)
+    n, dim, vocab_size = 300, 64, 5000
+    h = torch.randn(n, dim, requires_grad=True)
+    W = (0.3 * torch.randn(vocab_size, dim)).requires_grad_()
+    bias = (0.1 * torch.randn(vocab_size)).requires_grad_()
+    extra = torch.randn(n, requires_grad=True)
+    targets = torch.randint(0, vocab_size, (n,))
+    hits = (torch.tensor([0, 7, 299]), torch.tensor([3, 4999, 10]))
+    upstream = torch.rand(n)
+    for kind in ({"targets": targets}, {"extra": extra, "hits": hits}):
+        results = []
+        for low in (False, True):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=low):
+                value = softmax_nll(h, W, bias, **kind)
+            grads = torch.autograd.grad((value * upstream).sum(), (h, W, bias, extra), allow_unused=True)
+            results.append((value.detach(), grads))
+        (want, want_grads), (got, got_grads) = results
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, want, rtol=0, atol=0.02 * want.abs().max().item())
+        assert not torch.equal(got, want)  # the GEMMs really ran in bfloat16
+        for g, w in zip(got_grads, want_grads):
+            if w is not None:
+                assert g.dtype == w.dtype
+                torch.testing.assert_close(g, w, rtol=0, atol=0.02 * w.abs().max().item())
+
+
+@pytest.mark.skipif(not cpu_has_bf16(), reason="this CPU has no native bfloat16 (AVX512-BF16 or AMX)")
+def test_bf16_training_on_cpu_keeps_float32_weights_and_follows_float32(tmp_path, fixture_corpus):
+    """`elmo train --bf16` on a CPU with native bfloat16: the same first steps as float32 to within
+    bfloat16 rounding, float32 weights in the checkpoint."""
+    data, vocab = fixture_corpus
+    losses = {}
+    for bf16 in (False, True):
+        out = tmp_path / f"bf16-{bf16}"
+        train(settings(tmp_path, data, vocab, out=str(out), bf16=bf16, dropout=0.0, max_steps=4))
+        records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        losses[bf16] = np.array([[r["loss_forward"], r["loss_backward"]] for r in records])
+        model = load_checkpoint(list_checkpoints(out)[-1][1])["model"]
+        assert all(t.dtype == torch.float32 for t in model.values() if t.is_floating_point())
+    np.testing.assert_allclose(losses[True], losses[False], rtol=0.01)
+
+
+def test_bf16_training_is_refused_on_a_cpu_without_native_bf16(tmp_path, fixture_corpus, monkeypatch):
+    data, vocab = fixture_corpus
+    monkeypatch.setattr("elmo.training.trainer.cpu_has_bf16", lambda: False)
+    with pytest.raises(InputError, match="--bf16 needs a GPU .* or a CPU with native bfloat16"):
+        train(settings(tmp_path, data, vocab, bf16=True))
+
+
+def test_lstm_under_autocast_keeps_its_cell_state_in_float32():
+    """bfloat16 products, float32 cell state: the state a bf16 run carries is never rounded to 8 bits."""
+    from elmo.bilm import LstmLayer
+    config = BiLMConfig.from_options(MICRO)
+    layer = LstmLayer(8, config)
+    x = torch.randn(3, 5, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        state = layer.zero_state(3, x.to(torch.bfloat16))
+        out, (c, h) = layer(x, torch.tensor([5, 4, 2]), state)
+    assert state[0].dtype == torch.float32 and c.dtype == torch.float32
+    want, _ = layer(x, torch.tensor([5, 4, 2]), layer.zero_state(3, x))
+    torch.testing.assert_close(out.float(), want, rtol=0, atol=0.05)
 
 
 def test_sample_expected_counts_without_rejections():

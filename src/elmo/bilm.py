@@ -278,6 +278,9 @@ class LstmLayer(nn.Module):
         transposed = onednn_w_h is None and widest > RECURRENT_ROW_MAJOR_MAX_ROWS
         w_h = w_h_rows.t().contiguous() if transposed else None
         w_p = self.W_P_0.t().contiguous() if self.W_P_0 is not None and widest > PROJECTION_ROW_MAJOR_MAX_ROWS else None
+        if torch.is_autocast_enabled(x.device.type):  # cast the transposed copies once, not once per step
+            low = torch.get_autocast_dtype(x.device.type)
+            w_h, w_p = (None if w is None else w.to(low) for w in (w_h, w_p))
         c, h = state
         done_c, done_h = [], []  # final states of rows that ended, latest-ending first after the reversal below
         outputs = []
@@ -315,7 +318,9 @@ class LstmLayer(nn.Module):
         return one
 
     def zero_state(self, rows: int, like: torch.Tensor) -> LstmState:
-        return like.new_zeros(rows, self.cell_dim), like.new_zeros(rows, self.out_dim)
+        """float32 even when `like` is bfloat16 (autocast): the cell state then accumulates in float32."""
+        dtype = torch.promote_types(like.dtype, torch.float32)
+        return like.new_zeros(rows, self.cell_dim, dtype=dtype), like.new_zeros(rows, self.out_dim, dtype=dtype)
 
 
 class LstmStack(nn.Module):

@@ -14,7 +14,6 @@ import os
 import h5py
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ModelFileError
@@ -33,9 +32,6 @@ class Softmax(nn.Module):
 
     def full_nll(self, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """-log p(target | h) over the whole vocabulary, per row."""
-        if torch.is_autocast_enabled(h.device.type):
-            logits = F.linear(h, self.W, self.b).float()
-            return F.cross_entropy(logits, targets, reduction="none")
         return softmax_nll(h, self.W, self.b, targets=targets)
 
     def sampled_nll(self, h: torch.Tensor, targets: torch.Tensor, sample: Sample) -> torch.Tensor:
@@ -43,10 +39,6 @@ class Softmax(nn.Module):
         true_logit = (h * self.W[targets]).sum(-1).float() + self.b[targets] - sample.log_expected(targets)
         rows, cols = sample.hits(targets)
         sampled_bias = self.b[sample.ids] - sample.log_expected_ids
-        if torch.is_autocast_enabled(h.device.type):
-            sampled_logits = F.linear(h, self.W[sample.ids], sampled_bias).float()
-            sampled_logits.index_put_((rows, cols), sampled_logits.new_tensor(float("-inf")))
-            return torch.logaddexp(torch.logsumexp(sampled_logits, dim=1), true_logit) - true_logit
         return softmax_nll(h, self.W[sample.ids], sampled_bias, extra=true_logit, hits=(rows, cols))
 
 
@@ -61,24 +53,29 @@ def softmax_nll(h: torch.Tensor, W: torch.Tensor, bias: torch.Tensor, targets: t
     in the forward pass, where autograd would make half a dozen passes over the (rows x columns)
     matrix: at small P (the `tiny` preset) those passes cost more than the GEMMs. Rows go in chunks of
     at most `chunk_bytes` of logits, which bounds the memory of evaluation (no gradient kept).
+    Under autocast the three GEMMs run in its dtype (bfloat16) and the softmax in float32.
     """
     if (targets is None) == (extra is None):
         raise ValueError("softmax_nll takes exactly one of targets= and extra=")
     rows = max(16, chunk_bytes // max(1, W.shape[0] * h.element_size()))
     hit_rows, hit_cols = hits if hits is not None else (None, None)
-    return _SoftmaxNLL.apply(h, W, bias, extra, targets, hit_rows, hit_cols, rows)
+    low = torch.get_autocast_dtype(h.device.type) if torch.is_autocast_enabled(h.device.type) else None
+    return _SoftmaxNLL.apply(h, W, bias, extra, targets, hit_rows, hit_cols, rows, low)
 
 
 class _SoftmaxNLL(torch.autograd.Function):
     """`softmax_nll`'s computation: forward keeps G = d nll / d logits and G @ W; backward is two GEMMs."""
 
     @staticmethod
-    def forward(ctx, h, W, bias, extra, targets, hit_rows, hit_cols, rows):
+    def forward(ctx, h, W, bias, extra, targets, hit_rows, hit_cols, rows, low):
         n = h.shape[0]
         keep = any(ctx.needs_input_grad[:4])
-        grads = h.new_empty(n if keep else min(n, rows), W.shape[0])  # logits, then d nll / d logits in place
-        nll = h.new_empty(n)
-        extra_grad = h.new_empty(n) if extra is not None else None
+        exact = torch.promote_types(h.dtype, W.dtype) if low is None else torch.float32  # the softmax's dtype
+        if low is not None:
+            h, W = h.to(low), W.to(low)
+        grads = h.new_empty(n if keep else min(n, rows), W.shape[0], dtype=exact)  # logits, then d nll / d logits
+        nll = h.new_empty(n, dtype=exact)
+        extra_grad = h.new_empty(n, dtype=exact) if extra is not None else None
         gw = h.new_empty(n, W.shape[1]) if ctx.needs_input_grad[0] else None
         if hit_rows is not None:
             hit_rows, order = hit_rows.sort()
@@ -86,7 +83,10 @@ class _SoftmaxNLL(torch.autograd.Function):
         for start in range(0, n, rows):
             end = min(n, start + rows)
             z = grads[start:end] if keep else grads[: end - start]
-            torch.addmm(bias, h[start:end], W.t(), out=z)
+            if low is None:
+                torch.addmm(bias, h[start:end], W.t(), out=z)
+            else:
+                z.copy_(torch.mm(h[start:end], W.t())).add_(bias)
             if hit_rows is not None:
                 lo, hi = torch.searchsorted(hit_rows, torch.tensor([start, end], device=hit_rows.device)).tolist()
                 z[hit_rows[lo:hi] - start, hit_cols[lo:hi]] = float("-inf")
@@ -109,7 +109,7 @@ class _SoftmaxNLL(torch.autograd.Function):
                 else:
                     z[torch.arange(end - start, device=z.device), targets[start:end]] -= 1.0
                 if gw is not None:
-                    torch.mm(z, W, out=gw[start:end])
+                    torch.mm(z.to(W.dtype), W, out=gw[start:end])
         if keep:
             ctx.save_for_backward(h, grads, gw, extra_grad)
         return nll
@@ -119,10 +119,10 @@ class _SoftmaxNLL(torch.autograd.Function):
         h, grads, gw, extra_grad = ctx.saved_tensors
         need_h, need_w, need_bias, need_extra = ctx.needs_input_grad[:4]
         grad_h = gw * grad_nll[:, None] if need_h else None
-        grad_w = grads.t() @ (h * grad_nll[:, None]) if need_w else None
-        grad_bias = grads.t() @ grad_nll if need_bias else None
+        grad_w = grads.to(h.dtype).t() @ (h * grad_nll[:, None].to(h.dtype)) if need_w else None
+        grad_bias = grads.t() @ grad_nll.to(grads.dtype) if need_bias else None
         grad_extra = extra_grad * grad_nll if need_extra else None
-        return grad_h, grad_w, grad_bias, grad_extra, None, None, None, None
+        return grad_h, grad_w, grad_bias, grad_extra, None, None, None, None, None
 
 
 class Sample:

@@ -20,6 +20,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from ..allocator import keep_freed_memory
+from ..devices import cpu_has_bf16
 from ..fileio import atomic_path
 from ..models import OPTIONS_NAME, VOCAB_NAME, ModelFiles
 from ..options import BiLMConfig, write_options
@@ -235,7 +236,8 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
     if s.threads is not None:
         check(s.threads > 0, f"--threads must be positive, found {s.threads}")
         torch.set_num_threads(s.threads)
-    check(not s.bf16 or device.type == "cuda", "--bf16 needs a GPU (--device cuda)")
+    check(not s.bf16 or device.type == "cuda" or cpu_has_bf16(),
+          "--bf16 needs a GPU (--device cuda) or a CPU with native bfloat16 (AVX512-BF16 or AMX); this CPU has neither")
     if device.type == "cpu":
         keep_freed_memory()
     out = Path(s.out)
@@ -277,7 +279,7 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
                  "model": model.state_dict(), "optimizer": optimizer.state_dict(), "ranks": everyone}
         return save_checkpoint(state, out, at_step, control["keep_checkpoints"])
 
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if s.bf16 else contextlib.nullcontext()
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if s.bf16 else contextlib.nullcontext()
     start = last_save = time.time()
     with contextlib.ExitStack() as cleanup:
         progress = _Progress(out, rank, s.progress, max_steps, step)
