@@ -473,7 +473,7 @@ def test_bf16_training_on_cpu_keeps_float32_weights_and_follows_float32(tmp_path
 def test_bf16_training_is_refused_on_a_cpu_without_native_bf16(tmp_path, fixture_corpus, monkeypatch):
     data, vocab = fixture_corpus
     monkeypatch.setattr("elmo.training.trainer.cpu_has_bf16", lambda: False)
-    with pytest.raises(InputError, match="--bf16 needs a GPU .* or a CPU with native bfloat16"):
+    with pytest.raises(InputError, match=r"--bf16 needs a GPU .* or a CPU with native bfloat16"):
         train(settings(tmp_path, data, vocab, bf16=True))
 
 
@@ -485,7 +485,7 @@ def test_lstm_under_autocast_keeps_its_cell_state_in_float32():
     x = torch.randn(3, 5, 8)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         state = layer.zero_state(3, x.to(torch.bfloat16))
-        out, (c, h) = layer(x, torch.tensor([5, 4, 2]), state)
+        out, (c, _) = layer(x, torch.tensor([5, 4, 2]), state)
     assert state[0].dtype == torch.float32 and c.dtype == torch.float32
     want, _ = layer(x, torch.tensor([5, 4, 2]), layer.zero_state(3, x))
     torch.testing.assert_close(out.float(), want, rtol=0, atol=0.05)
