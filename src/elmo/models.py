@@ -80,9 +80,11 @@ def load_model(name_or_dir: str | os.PathLike, stateful: bool = False) -> BiLM:
 
 
 def choose_model(model: str | os.PathLike | None = None, options: str | os.PathLike | None = None,
-                 weights: str | os.PathLike | None = None) -> ModelFiles:
+                 weights: str | os.PathLike | None = None, manylangs: bool = False) -> ModelFiles | Path:
     """The one way every command reads `--model NAME|DIR` or `--options O --weights W` (default: the
-    bundled default model). A training run's folder is refused with the command that makes it a model."""
+    bundled default model). A training run's folder is refused with the command that makes it a model.
+    `manylangs`: the caller also reads ELMoForManyLangs directories (`Embedder.from_model`, `load_model`),
+    which come back as their path; otherwise `ModelFiles.from_dir` refuses them with what to use instead."""
     if (options is None) != (weights is None):
         raise InputError("--options and --weights go together")
     if options is not None and model is not None:
@@ -92,6 +94,8 @@ def choose_model(model: str | os.PathLike | None = None, options: str | os.PathL
             check_file(path, "a model file")
         return ModelFiles(Path(options), Path(weights))
     model = os.fspath(model or "default")
+    if manylangs and os.path.isdir(model) and is_manylangs_dir(model):
+        return Path(model)
     # run.json / checkpoints/ are what `elmo train` writes (training/settings.py)
     if os.path.isdir(model) and not os.path.isfile(os.path.join(model, WEIGHTS_NAME)) and (
             os.path.isfile(os.path.join(model, "run.json")) or os.path.isdir(os.path.join(model, "checkpoints"))):

@@ -10,7 +10,6 @@ from ..embed_file import COMPRESSIONS, DTYPES, POOLS, OutputSpec, check_input, c
 from ..embed_parallel import Ranks, embed_corpus
 from ..embedder import Embedder, check_batch_size
 from ..errors import InputError
-from ..manylangs import is_manylangs_dir
 from ..models import choose_model
 
 
@@ -59,10 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def load_embedder(args: argparse.Namespace) -> Embedder:
     check_batch_size(args.batch_size, "--batch-size")
     check_device(args.device, "--device")
-    if args.options is None and args.model is not None and is_manylangs_dir(args.model):
-        model = args.model  # an ELMoForManyLangs directory (docs/manylangs.md), read by Embedder.from_model
-    else:
-        model = choose_model(args.model, args.options, args.weights)
+    model = choose_model(args.model, args.options, args.weights, manylangs=True)
     return Embedder.from_model(model, stateful=args.stateful, device=args.device, batch_size=args.batch_size, bf16=args.bf16)
 
 
