@@ -45,3 +45,12 @@ def test_task_commands_take_model_and_keep_elmo_as_its_old_name(flag):
     assert args.model == "none"
     args = parser.parse_args(["probe", "pos", "--layer", "1", "--train", "t", "--test", "e", flag, "default"])
     assert args.model == "default"
+
+
+def test_manylangs_directories_pass_only_where_the_caller_reads_them():
+    """`elmo embed` (manylangs=True) gets the directory back; a command that needs the original format is told so."""
+    from pathlib import Path
+    directory = next(p for p in (Path(__file__).parent / "fixtures" / "manylangs").iterdir() if (p / "config.json").is_file())
+    assert choose_model(str(directory), manylangs=True) == directory
+    with pytest.raises(ModelFileError, match="an ELMoForManyLangs model directory"):
+        choose_model(str(directory))
