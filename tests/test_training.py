@@ -381,6 +381,40 @@ def test_sampled_softmax_equals_direct_reference():
     assert hits == 3  # the case covers accidental hits
 
 
+def test_sparse_softmax_gradient_updates_as_the_dense_one(fixture_corpus):
+    """Three Adagrad (and SGD) steps with clipping on the sampled softmax: the sparse gradient of the
+    rows read (`Softmax.sparse_grad`, what `elmo train` uses on a CPU) moves every weight as the dense
+    gradient does, the rows no sample read not at all."""
+    from elmo.training.trainer import apply_gradients
+    data, vocab_file = fixture_corpus
+    vocab = Vocab.load(vocab_file)
+    config = BiLMConfig.from_options(MICRO)
+    for make_optimizer in (lambda ps: torch.optim.Adagrad(ps, lr=0.2, initial_accumulator_value=1.0),
+                           lambda ps: torch.optim.SGD(ps, lr=0.5)):
+        finals = []
+        for sparse in (False, True):
+            torch.manual_seed(0)
+            sampler = LogUniformSampler(len(vocab), 4, torch.Generator().manual_seed(1))
+            model = LanguageModel(config, len(vocab), sampler=sampler)
+            model.softmax.sparse_grad = sparse
+            kinds = []
+            model.softmax.W.register_hook(lambda g, kinds=kinds: kinds.append(g.is_sparse))
+            start = {k: v.clone() for k, v in model.state_dict().items()}
+            params = list(model.parameters())
+            optimizer = make_optimizer(params)
+            batcher = SentenceBatcher(SentenceSource([str(data)], seed=0, shuffle=True, loop=True), vocab, 2)
+            for _ in range(3):
+                loss_f, loss_b, _ = model(batcher.next_batch(), None, streaming=False)
+                apply_gradients(loss_f.mean(), loss_b.mean(), 5, params, clip_norm=1.0, optimizer=optimizer)
+            assert kinds == [sparse] * 3
+            finals.append((start, model.state_dict()))
+        (start, dense), (_, sparse_state) = finals
+        for name in dense:
+            torch.testing.assert_close(sparse_state[name], dense[name], rtol=0, atol=1e-6, msg=name)
+        untouched = (dense["softmax.W"] == start["softmax.W"]).all(dim=1)
+        assert untouched.any() and not untouched.all()
+
+
 def test_fused_softmax_nll_matches_plain_autograd():
     """softmax_nll (chunked, gradient formed in the forward pass) against the plain expression, in float64:
     values and the gradients of h, W, bias and the extra logit, under a non-uniform upstream gradient."""

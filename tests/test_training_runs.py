@@ -30,7 +30,7 @@ from elmo.training.checkpoint import (
     list_checkpoints,
     load_checkpoint,
 )
-from elmo.training.data import Batch, SentenceSource, StreamBatcher, expand_corpus
+from elmo.training.data import Batch, SentenceSource, StreamBatcher, expand_corpus, make_batcher
 from elmo.training.export import load_run
 from elmo.training.model import detach_states
 from elmo.training.perplexity import perplexity
@@ -333,6 +333,51 @@ def test_torchrun_two_processes_match_one_process(tmp_path, fixture_run):
         optimizer.step()
         optimizer.zero_grad()
         states = detach_states(new_states)
+    saved = load_checkpoint(latest_checkpoint(run))["model"]
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(saved[name], value, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow  # torchrun
+@pytest.mark.skipif(not shutil.which("torchrun", path=str(Path(sys.executable).parent)), reason="needs torchrun")
+def test_torchrun_sampled_softmax_with_sparse_gradients_matches_one_process(tmp_path, fixture_run):
+    """2 gloo ranks with the sampled softmax, each its own negatives and sentences, the softmax's sparse
+    gradient all-reduced by DDP == one process averaging the two ranks' losses, with the dense gradient."""
+    _, _, flags = fixture_run
+    run = tmp_path / "ddp"
+    torchrun = Path(sys.executable).parent / "torchrun"
+    command = [str(torchrun), "--standalone", "--nproc_per_node=2", str(ELMO), "train", *flags, "--out", str(run),
+               "--batch-size", "3", "--dropout", "0", "--max-steps", "4", "--log-every", "1", "--batching", "sentence"]
+    done = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+    options = json.loads((run / "options.json").read_text())
+    info = json.loads((run / "run.json").read_text())
+    vocab = Vocab.load(run / "vocab.txt")
+    torch.set_num_threads(1)
+    torch.manual_seed(info["seed"])
+    model, _ = _build_model(options, vocab, info, rank=0)
+    assert not model.softmax.sparse_grad  # the reference: dense gradients
+    optimizer = _make_optimizer(model, options, info)
+    samplers = [_build_model(options, vocab, info, rank=r)[0].sampler for r in (0, 1)]  # each rank's negatives
+    files = expand_corpus(info["train"])
+    batchers = [make_batcher("sentence", files, vocab, 3, options["unroll_steps"], seed=info["seed"], shard=(r, 2),
+                             chunk_lines=info["chunk_lines"]) for r in (0, 1)]
+    model.train()
+    params = list(model.parameters())
+    for record in logged:
+        objective, shown = 0.0, 0.0
+        for sampler, batcher in zip(samplers, batchers):
+            model.sampler = sampler
+            nll_f, nll_b, _ = model(batcher.next_batch(), None, streaming=False)
+            objective = objective + 0.5 * (0.5 * (nll_f.mean() + nll_b.mean()))  # DDP averages the ranks' gradients
+            shown += 0.5 * (0.5 * (nll_f.mean() + nll_b.mean())).item()
+        assert record["loss"] == pytest.approx(shown, rel=1e-5, abs=1e-6)
+        (objective * options["unroll_steps"]).backward()
+        torch.nn.utils.clip_grad_norm_(params, options["all_clip_norm_val"])
+        optimizer.step()
+        optimizer.zero_grad()
     saved = load_checkpoint(latest_checkpoint(run))["model"]
     for name, value in model.state_dict().items():
         torch.testing.assert_close(saved[name], value, rtol=1e-4, atol=1e-5)

@@ -6,6 +6,7 @@ import os
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from ..devices import check_device, gpu_of_rank
 
@@ -48,3 +49,28 @@ def gather(obj) -> list:
     out = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj)
     return out
+
+
+def wrap(model: torch.nn.Module, world: int) -> torch.nn.Module:
+    """DDP over the parameters with dense gradients. DDP cannot all-reduce a sparse gradient of a plain
+    parameter (it expects them only from nn.Embedding), so the sampled softmax's W
+    (`Softmax.sparse_grad`) is left out here, made the same on every rank, and averaged by
+    `average_sparse_gradients` after each backward."""
+    if world == 1:
+        return model
+    sparse = [name for name, p in model.named_parameters() if name == "softmax.W" and model.softmax.sparse_grad]
+    for name in sparse:
+        dist.broadcast(model.get_parameter(name).data, src=0)
+    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, sparse)
+    return DistributedDataParallel(model)
+
+
+def average_sparse_gradients(params: list[torch.Tensor]) -> None:
+    """The ranks' mean of every sparse gradient (gloo all-reduces sparse tensors), as DDP does for dense ones."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    for p in params:
+        if p.grad is not None and p.grad.is_sparse:
+            grad = p.grad.coalesce()
+            dist.all_reduce(grad)
+            p.grad = grad.coalesce() / dist.get_world_size()

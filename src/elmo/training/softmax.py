@@ -14,6 +14,7 @@ import os
 import h5py
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ModelFileError
@@ -21,10 +22,17 @@ from ..fileio import atomic_path
 
 
 class Softmax(nn.Module):
-    """W (V, P) and b (V,), initialised as bilm-tf does (normal, std 1/sqrt(P); zeros)."""
+    """W (V, P) and b (V,), initialised as bilm-tf does (normal, std 1/sqrt(P); zeros).
 
-    def __init__(self, vocab_size: int, dim: int):
+    `sparse_grad`: the sampled loss gives W a sparse gradient holding only the rows it read (the
+    targets and the negatives), as TensorFlow's IndexedSlices did for bilm-tf: Adagrad and SGD then
+    update, and DDP all-reduces, those rows only, instead of passes over all V x P. The full loss
+    always gives a dense one.
+    """
+
+    def __init__(self, vocab_size: int, dim: int, sparse_grad: bool = False):
         super().__init__()
+        self.sparse_grad = sparse_grad
         self.W = nn.Parameter(torch.empty(vocab_size, dim))
         self.b = nn.Parameter(torch.zeros(vocab_size))
         with torch.no_grad():
@@ -36,10 +44,13 @@ class Softmax(nn.Module):
 
     def sampled_nll(self, h: torch.Tensor, targets: torch.Tensor, sample: Sample) -> torch.Tensor:
         """Per-row loss over [true class, sampled classes] logits, log-Q corrected, accidental hits removed."""
-        true_logit = (h * self.W[targets]).sum(-1).float() + self.b[targets] - sample.log_expected(targets)
+        true_logit = (h * self.rows(targets)).sum(-1).float() + self.b[targets] - sample.log_expected(targets)
         rows, cols = sample.hits(targets)
         sampled_bias = self.b[sample.ids] - sample.log_expected_ids
-        return softmax_nll(h, self.W[sample.ids], sampled_bias, extra=true_logit, hits=(rows, cols))
+        return softmax_nll(h, self.rows(sample.ids), sampled_bias, extra=true_logit, hits=(rows, cols))
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.W, sparse=self.sparse_grad)
 
 
 def softmax_nll(h: torch.Tensor, W: torch.Tensor, bias: torch.Tensor, targets: torch.Tensor | None = None,

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from ..allocator import keep_freed_memory
 from ..devices import cpu_has_bf16
@@ -173,10 +172,29 @@ def apply_gradients(loss_f: torch.Tensor, loss_b: torch.Tensor, unroll: int, par
     w_f, w_b = OBJECTIVES[objective]
     # bilm-tf differentiates unroll_steps * the mean loss: the sum over time of the batch mean.
     ((w_f * loss_f + w_b * loss_b) * unroll).backward()
-    norm = torch.nn.utils.clip_grad_norm_(params, clip_norm)
+    distributed.average_sparse_gradients(params)
+    norm = clip_gradients(params, clip_norm)
     if torch.isfinite(norm):
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    return norm
+
+
+def clip_gradients(params: list, max_norm: float) -> torch.Tensor:
+    """torch's `clip_grad_norm_` (one global L2 norm, scaled down to `max_norm`), also over sparse
+    gradients (`Softmax.sparse_grad`), which are coalesced first so that a row read twice counts once."""
+    grads = []
+    for p in params:
+        if p.grad is not None:
+            if p.grad.is_sparse:
+                p.grad = p.grad.coalesce()
+            grads.append(p.grad.values() if p.grad.is_sparse else p.grad)  # values(): a view of the coalesced grad
+    if not grads:
+        return torch.zeros(())
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+    for g in grads:
+        g.mul_(scale)
     return norm
 
 
@@ -252,6 +270,10 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
     model, generator = _build_model(options, vocab, run, rank, init=checkpoint is None)
     freeze_parameters(model, run.get("freeze", []))
     model.to(device)
+    # The sampled softmax reads a few rows: Adagrad and SGD then update only those (Adam has no sparse update).
+    model.softmax.sparse_grad = model.sampler is not None and device.type == "cpu" and run["optimizer"] in ("adagrad", "sgd")
+    if model.softmax.sparse_grad:
+        torch.sparse.check_sparse_tensor_invariants.disable()  # the default, said explicitly: torch warns otherwise
     optimizer = _make_optimizer(model, options, run)
     unroll = options["unroll_steps"]
     batcher = make_batcher(run["batching"], files, vocab, options["batch_size"], unroll, seed=run["seed"],
@@ -263,7 +285,7 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
         step, tokens, states, elapsed_before = _restore(checkpoint, model, optimizer, batcher, generator, device, rank, s.lr)
         if rank == 0:
             _truncate_metrics(out / METRICS_FILE, step)
-    trained = DistributedDataParallel(model) if world > 1 else model
+    trained = distributed.wrap(model, world)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     last_path = latest_checkpoint(out) if checkpoint is not None else None
