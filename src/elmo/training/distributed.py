@@ -58,7 +58,7 @@ def wrap(model: torch.nn.Module, world: int) -> torch.nn.Module:
     `average_sparse_gradients` after each backward."""
     if world == 1:
         return model
-    sparse = [name for name, p in model.named_parameters() if name == "softmax.W" and model.softmax.sparse_grad]
+    sparse = ["softmax.W"] if model.softmax.sparse_grad else []
     for name in sparse:
         dist.broadcast(model.get_parameter(name).data, src=0)
     DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, sparse)
