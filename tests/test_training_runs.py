@@ -297,25 +297,28 @@ def _concat(a: Batch, b: Batch) -> Batch:
                  torch.cat([a.bwd_targets, b.bwd_targets]), torch.cat([a.mask, b.mask]), torch.cat([a.lengths, b.lengths]))
 
 
-@pytest.mark.slow  # torchrun
-@pytest.mark.skipif(not shutil.which("torchrun", path=str(Path(sys.executable).parent)), reason="needs torchrun")
-def test_torchrun_two_processes_match_one_process(tmp_path, fixture_run):
-    """2 gloo ranks x 3 rows == 1 process on the same 6 rows (rank r's rows come from its shard)."""
+def _two_ranks(tmp_path, fixture_run, *extra):
+    """`elmo train` as 2 torchrun ranks of 3 rows for 4 steps, no dropout: (run dir, its metrics records,
+    options, run.json, vocabulary), with torch set up for a one-process reference (1 thread, the run's seed)."""
     _, _, flags = fixture_run
     run = tmp_path / "ddp"
     torchrun = Path(sys.executable).parent / "torchrun"
     command = [str(torchrun), "--standalone", "--nproc_per_node=2", str(ELMO), "train", *flags, "--out", str(run),
-               "--batch-size", "3", "--full-softmax", "--dropout", "0", "--max-steps", "4", "--log-every", "1",
-               "--batching", "stream"]
+               "--batch-size", "3", "--dropout", "0", "--max-steps", "4", "--log-every", "1", *extra]
     done = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-
-    options = json.loads((run / "options.json").read_text())
     info = json.loads((run / "run.json").read_text())
-    vocab = Vocab.load(run / "vocab.txt")
     torch.set_num_threads(1)
     torch.manual_seed(info["seed"])
+    return run, logged, json.loads((run / "options.json").read_text()), info, Vocab.load(run / "vocab.txt")
+
+
+@pytest.mark.slow  # torchrun
+@pytest.mark.skipif(not shutil.which("torchrun", path=str(Path(sys.executable).parent)), reason="needs torchrun")
+def test_torchrun_two_processes_match_one_process(tmp_path, fixture_run):
+    """2 gloo ranks x 3 rows == 1 process on the same 6 rows (rank r's rows come from its shard)."""
+    run, logged, options, info, vocab = _two_ranks(tmp_path, fixture_run, "--full-softmax", "--batching", "stream")
     model, _ = _build_model(options, vocab, info, rank=0)
     optimizer = _make_optimizer(model, options, info)
     files = expand_corpus(info["train"])
@@ -343,20 +346,7 @@ def test_torchrun_two_processes_match_one_process(tmp_path, fixture_run):
 def test_torchrun_sampled_softmax_with_sparse_gradients_matches_one_process(tmp_path, fixture_run):
     """2 gloo ranks with the sampled softmax, each its own negatives and sentences, the softmax's sparse
     gradient all-reduced by DDP == one process averaging the two ranks' losses, with the dense gradient."""
-    _, _, flags = fixture_run
-    run = tmp_path / "ddp"
-    torchrun = Path(sys.executable).parent / "torchrun"
-    command = [str(torchrun), "--standalone", "--nproc_per_node=2", str(ELMO), "train", *flags, "--out", str(run),
-               "--batch-size", "3", "--dropout", "0", "--max-steps", "4", "--log-every", "1", "--batching", "sentence"]
-    done = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-
-    options = json.loads((run / "options.json").read_text())
-    info = json.loads((run / "run.json").read_text())
-    vocab = Vocab.load(run / "vocab.txt")
-    torch.set_num_threads(1)
-    torch.manual_seed(info["seed"])
+    run, logged, options, info, vocab = _two_ranks(tmp_path, fixture_run, "--batching", "sentence")
     model, _ = _build_model(options, vocab, info, rank=0)
     assert not model.softmax.sparse_grad  # the reference: dense gradients
     optimizer = _make_optimizer(model, options, info)
