@@ -9,6 +9,7 @@ next to the exact command that produced it.
 Several copies of the same command share the grid: each takes the next run no live process holds.
 
     python scripts/run_results.py --elmo default                      # the full grid (hours on a CPU)
+    python scripts/run_results.py --arms static --docs runs/partial   # the half that needs no biLM
     python scripts/run_results.py --render-only                       # rewrite docs from what exists
     python scripts/run_results.py --smoke --out runs/smoke --docs runs/smoke-docs  # tiny slices, fixture biLM
 """
@@ -38,6 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 # The paper's figures (Peters et al. 2018) live in the package: elmo.tasks.paper (TABLE1, PROBES).
 TASK_NAMES = {"ner": "NER (CoNLL-2003 test, span F1)", "pos": "POS (UD EWT test, UPOS accuracy)",
               "sst5": "SST-5 (test, accuracy)"}
+ARMS = ("static", "elmo")
 FRACTIONS = [0.01, 0.1, 1.0]
 # Epochs for the subsets, both arms alike: at 1% an epoch is five updates, so 15 epochs with patience 3
 # stop before the tagger predicts its first entity (F1 0 in a first run). Dev is scored every few
@@ -125,8 +127,14 @@ def static_command(args) -> list[str]:
     return ["static", "train", str(data_files(args.data)["corpus"]), "-o", str(args.static), *args.static_args]
 
 
+def arm_of(name: str) -> str:
+    """The arm a run of `plan` belongs to: static runs use no biLM; +ELMo runs and the probes do."""
+    return "static" if "-static-" in name else "elmo"
+
+
 def run_grid(args, runs) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
+    runs = [(name, cmd) for name, cmd in runs if arm_of(name) in args.arms]
     if not args.static.exists():
         args.static.parent.mkdir(parents=True, exist_ok=True)
         cmd = static_command(args)
@@ -634,6 +642,9 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads per run (default 1: on a shared 2-core machine more threads ran 5-30x slower)")
     p.add_argument("--limit", type=int, default=None, help="first N sentences of each file (smoke runs)")
+    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS,
+                   help="run only these arms (default both): the static arm needs no biLM (its runs and the "
+                        "word2vec vectors can go first, e.g. while the biLM trains); the probes count as elmo")
     p.add_argument("--shard", type=shard, default=(0, 1), metavar="I/N",
                    help="run only every N-th run starting at I (0-based), so N processes share the grid")
     p.add_argument("--render-only", action="store_true", help="only rewrite the report from existing metrics")

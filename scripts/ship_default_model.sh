@@ -13,7 +13,8 @@ du -sh src/elmo                                                    # the install
 python scripts/evaluate_default_model.py --run "$run"             # docs/model-card.json and .md
 python scripts/sense_check.py --set tests/data/homonyms.json
 python scripts/sense_check.py --set tests/data/homonyms_heldout.json
-python scripts/run_results.py --elmo default                      # docs/results.md (resumable; N copies share it)
+python scripts/run_results.py --elmo default                      # docs/results.md (resumable; N copies share it;
+                                                                  # the static arm can run earlier: --arms static)
 ELMO_LAB_SCREENSHOTS=1 python -m pytest tests/test_lab_browser.py # docs/lab/*.png
 # Then, by hand: the >= 80% homonym test in tests/test_default_model.py (both sets, layers 1 and 2),
 # the lab's "bank" example (layer 2 between > within), and the README's figures (ELMo vectors become

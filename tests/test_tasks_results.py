@@ -78,6 +78,26 @@ def test_shards_partition_the_grid(tmp_path, monkeypatch):
             script.shard(bad)
 
 
+def test_arms_split_the_grid(tmp_path, monkeypatch):
+    """--arms static runs exactly the runs that need no biLM, --arms elmo the rest (probes included)."""
+    script = _script()
+    static = tmp_path / "w2v.bin"
+    static.write_bytes(b"")
+    ran = {}
+    for arm in ("static", "elmo"):
+        ran[arm] = []
+        monkeypatch.setattr(script, "_run", lambda args, cmd, arm=arm: ran[arm].append(cmd))
+        args = script.parse_args(["--out", str(tmp_path / "r"), "--static", str(static), "--arms", arm])
+        runs = script.plan(args)
+        script.run_grid(args, runs)
+    assert len(ran["static"]) == 15 and len(ran["elmo"]) == 24
+    assert all(cmd[cmd.index("--elmo") + 1] == "none" for cmd in ran["static"])
+    assert not any("--elmo" in cmd and cmd[cmd.index("--elmo") + 1] == "none" for cmd in ran["elmo"])
+    assert sum(cmd[0] == "probe" for cmd in ran["elmo"]) == 9
+    with pytest.raises(SystemExit):
+        script.parse_args(["--arms", "word2vec"])
+
+
 def test_processes_share_the_grid_through_lock_files(tmp_path, monkeypatch):
     """A run held by a live process is left to it; a lock left by a killed process is taken over."""
     script = _script()
