@@ -34,6 +34,7 @@ REPO = HERE.parent
 SHARED = Path(os.environ.get("ELMO_SHARED", REPO.parent / "shared"))
 SENTENCES = SHARED / "data" / "wiki_corpus" / "valid.txt"
 
+
 def options_for(shape: str) -> dict:
     """A preset's architecture (`elmo train --preset`), with the inference-time character table."""
     options = preset_options(shape)

@@ -104,8 +104,6 @@ def test_fault1_failed_write_in_the_join_keeps_the_parts_for_resume(tmp_path, co
     assert sorted(os.listdir(tmp_path)) == ["corpus.txt", "out.hdf5"]
 
 
-
-
 RANK0_FAILS = """
 import sys
 from elmo.embed_parallel import Ranks
@@ -132,6 +130,7 @@ def test_fault10_two_real_ranks_stop_when_rank0_fails(tmp_path):
     assert done.returncode != 0
     assert "PermissionError: [Errno 13] Permission denied: '/data/out.hdf5.parts'" in done.stderr  # rank 0's own
     assert "rank 1: rank 0 failed: PermissionError: [Errno 13]" in done.stderr
+
 
 def _h5_equal(a, b):
     import h5py
@@ -176,6 +175,7 @@ def test_fault1_consuming_join_without_root(tmp_path, corpus, allennlp_dir, caps
     assert "each part is removed once it is copied" in capsys.readouterr().err
     assert not (tmp_path / "out.hdf5.parts").exists()
     _h5_equal(out, reference)
+
 
 def _env():
     return dict(os.environ, PYTHONPATH=str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
@@ -249,7 +249,6 @@ def test_fault5_unknown_device_is_one_line(tmp_path, corpus, allennlp_dir, capsy
     with pytest.raises(InputError, match="device"):
         Embedder.from_files(allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5", device=device)
     assert sorted(os.listdir(tmp_path)) == ["corpus.txt"]
-
 
 
 @pytest.mark.parametrize("command", [

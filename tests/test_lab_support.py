@@ -21,6 +21,8 @@ def shared_cache(tmp_path_factory) -> Path:
     """One reference-set cache for the whole test session: the in-process tests build it, the
     browser test's `elmo lab` (same model, data and size) then loads it instead of re-embedding."""
     return tmp_path_factory.getbasetemp() / "lab-reference-cache"
+
+
 BANK = {"word": "bank", "sentences": [
     {"sense": "river", "text": "He sat by the river bank and watched the water ."},
     {"sense": "river", "text": "The boat drifted toward the muddy bank of the stream ."},

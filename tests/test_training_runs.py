@@ -247,7 +247,6 @@ def test_train_export_embed_round_trip(tmp_path, fixture_run):
                             train=[str(data)], max_steps=1, sampled=False, progress=False))
 
 
-
 def test_float16_export_reads_back_as_the_rounded_float32_weights(tmp_path, fixture_run):
     _, _, flags = fixture_run
     run, model_dir = tmp_path / "run", tmp_path / "model16"

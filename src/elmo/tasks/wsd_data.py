@@ -103,8 +103,6 @@ def read_raganato_xml(path: str | os.PathLike, limit: int | None = None) -> list
     return sentences
 
 
-
-
 def read_gold_keys(path: str | os.PathLike, ids: set[str] | None = None) -> dict[str, set[str]]:
     """`instance_id key1 [key2 ...]` per line -> id -> set of keys (a repeated id gets the union).
 

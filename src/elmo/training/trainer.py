@@ -48,6 +48,8 @@ from .softmax import LogUniformSampler, load_softmax
 from .vocab import Vocab, check_frequency_order, write_vocab
 
 __all__ = ["TrainSettings", "train"]
+
+
 def _build_model(options: dict, vocab: Vocab, run: dict, rank: int, init: bool = True) -> tuple[LanguageModel, torch.Generator]:
     """The LM with fresh weights, or `--init-from`'s when `init` (a resumed run loads its checkpoint instead)."""
     config = BiLMConfig.from_options(options)
