@@ -50,6 +50,14 @@ def fixture_sentences(allennlp_dir) -> list[list[str]]:
 
 
 @pytest.fixture
+def keep_threads():
+    """Restore torch's thread count after a test that sets it (training takes --threads)."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
 def one_thread():
     """Tiny tensors: torch's thread pool only costs time on a shared 2-core machine."""
     before = torch.get_num_threads()

@@ -127,3 +127,24 @@ def test_sense_margins_reads_the_target_token_of_each_sentence(one_thread):
     assert sorted(result["layers"]) == [0, 1, 2]
     assert result["layers"][0]["per_word"] == pytest.approx({"bank": 0.0, "bat": 0.0}, abs=1e-6)
     assert all(abs(m) > 1e-6 for m in result["layers"][1]["per_word"].values())
+
+
+def test_lab_examples_read_each_preset_word_in_its_own_sentences(one_thread):
+    """scripts/sense_check.py --lab-examples: one line per preset word and layer; layer 0 gives the same
+    vector in every sentence (distance 0), the LSTM layers do not."""
+    import importlib.util
+
+    from elmo.embedder import Embedder
+    from elmo.lab.examples import AMBIGUOUS
+    from elmo.models import resolve_model
+    from elmo.weights import load_bilm
+
+    spec = importlib.util.spec_from_file_location("sense_check", DATA.parents[1] / "scripts" / "sense_check.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    torch.manual_seed(0)
+    lines = script.lab_examples(Embedder(load_bilm(resolve_model("default").options_file, None)))
+    rows = [line.split() for line in lines[1:]]
+    assert [(r[0], int(r[1])) for r in rows] == [(w, layer) for w in AMBIGUOUS for layer in range(3)]
+    assert all(float(r[2]) == 0 and float(r[3]) == 0 and r[4] == "no" for r in rows if r[1] == "0")
+    assert all(float(r[2]) > 0 and float(r[3]) > 0 for r in rows if r[1] != "0")

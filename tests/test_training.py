@@ -40,11 +40,7 @@ MICRO = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _keep_threads():
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("keep_threads")
 
 
 def write(path, lines):

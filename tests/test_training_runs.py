@@ -46,11 +46,7 @@ MICRO = {
 ELMO = Path(sys.executable).parent / "elmo"  # the console script of this environment
 
 
-@pytest.fixture(autouse=True)
-def _keep_threads():
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("keep_threads")
 
 
 def subprocess_env() -> dict:
