@@ -160,3 +160,36 @@ def test_ptb_section_reports_the_test_set_once_the_run_is_finished(tmp_path, mon
     records[-1]["test"]["forward"] = script.PTB_TARGET
     log.write_text("".join(json.dumps(r) + "\n" for r in records))
     assert "target met" in "\n".join(script.ptb_section())
+
+
+def _write_grid_scores(out, ner_static, ner_elmo, wsd_layers, first_sense):
+    out.mkdir(exist_ok=True)
+    for seed, (b, e) in enumerate(zip(ner_static, ner_elmo), start=1):
+        for arm, score in (("static", b), ("elmo", e)):
+            (out / f"ner-{arm}-1-s{seed}.json").write_text(json.dumps({"metric": "f1", "test": {"f1": score}}))
+    for layer, f1 in enumerate(wsd_layers):
+        (out / f"probe-wsd-layer{layer}.json").write_text(
+            json.dumps({"test": {"f1": f1}, "first_sense_baseline": first_sense}))
+    return [("wsd", layer, f1) for layer, f1 in enumerate(wsd_layers)]
+
+
+def test_bundled_model_targets_say_by_how_much_they_are_missed(tmp_path):
+    """#25's bars: NER error reduction >= 10% in every seed, WSD layer 2 >= layer 1 and above first sense."""
+    script = _script()
+    args = script.parse_args(["--out", str(tmp_path / "r")])
+    rows = _write_grid_scores(args.out, [88.0, 88.2, 88.4], [89.5, 89.0, 88.3], [49.0, 60.5, 63.1], 65.2)
+    lines = script.bar_verdicts(args, rows)
+    ner = next(x for x in lines if x.startswith("- NER: relative error reduction at least 10%"))
+    # means 88.2 -> 88.93: 100 * 0.733 / 11.8 = 6.2%
+    assert "**does not hold** (6.2%, 3.8 points short of the target; +0.73, ahead in 2 of 3 seeds)" in ner
+    assert "Why we think so:" in ner
+    wsd = next(x for x in lines if x.startswith("- WSD probe: layer 2 at least layer 1 and above"))
+    assert "**does not hold** (layer 2 63.1, layer 1 60.5, first sense 65.2: layer 2 2.1 under it)" in wsd
+
+    rows = _write_grid_scores(args.out, [88.0, 88.2, 88.4], [90.0, 90.1, 89.9], [49.0, 66.0, 67.5], 65.2)
+    lines = script.bar_verdicts(args, rows)
+    assert any(x.startswith("- NER: relative error reduction") and "**holds** (15.3%; +1.80, ahead in 3 of 3" in x
+               for x in lines)
+    assert any(x.startswith("- WSD probe: layer 2 at least") and "**holds**" in x and "2.3 above it" in x for x in lines)
+    targets = [x for x in lines if x.startswith(("- NER: relative error", "- WSD probe: layer 2 at least"))]
+    assert len(targets) == 2 and not any("Why we think so" in x for x in targets)
