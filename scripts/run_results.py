@@ -316,11 +316,10 @@ def why_failed(name: str, facts: dict | None) -> str:
                         f"table), and the task model has to learn what to do with {width} extra inputs per token "
                         "from very few examples.",
         "pos": f"the biLM's layers are close in what they encode ({layers}).",
-        "wsd": "in the paper the top layer of a well-trained biLM carries most sense information; in ours it has "
-               f"not (yet) become the more semantic one ({layers}).",
-        "wsd target": "the 1-NN probe beats the first-sense baseline only where the vectors separate senses better "
-                      "than sense frequency does: the paper's biLM is 3.1 points above it (69.0 against 65.9), ours "
-                      "is far smaller (above). docs/training.md follows the probe across the training checkpoints.",
+        "wsd": "in the paper the top layer of a well-trained biLM carries most sense information, and the 1-NN "
+               "probe beats the first-sense baseline only where the vectors separate senses better than sense "
+               "frequency does: the paper's biLM is 3.1 points above it (69.0 against 65.9). Ours is far smaller "
+               f"(above; {layers}); docs/training.md follows the probe across the training checkpoints.",
     }[name]
 
 
@@ -363,13 +362,12 @@ def bar_verdicts(args, probe_rows: list) -> list[str]:
         counted = min(low[1], full[1])
     lines.append(verdict("low resource", "The gain is larger at 1% of the NER data than at 100%", ok, numbers, counted))
     score = {(p, layer): v for p, layer, v in probe_rows}
-    for name, probes, better, worse, label in (("pos", ("pos-ptb", "pos-ud"), 1, 2, "POS probe: layer 1 > layer 2"),
-                                               ("wsd", ("wsd",), 2, 1, "WSD probe: layer 2 > layer 1")):
-        pairs = [(p, score.get((p, better)), score.get((p, worse))) for p in probes]
-        pairs = [x for x in pairs if x[1] is not None and x[2] is not None]
-        ok = None if len(pairs) < len(probes) else all(b > w for _, b, w in pairs)
-        numbers = ", ".join(f"{p}: layer {better} {b:.2f}, layer {worse} {w:.2f}" for p, b, w in pairs)
-        lines.append(verdict(name, label, ok, numbers))
+    probes = ("pos-ptb", "pos-ud")
+    pairs = [(p, score.get((p, 1)), score.get((p, 2))) for p in probes]
+    pairs = [x for x in pairs if x[1] is not None and x[2] is not None]
+    ok = None if len(pairs) < len(probes) else all(one > two for _, one, two in pairs)
+    numbers = ", ".join(f"{p}: layer 1 {one:.2f}, layer 2 {two:.2f}" for p, one, two in pairs)
+    lines.append(verdict("pos", "POS probe: layer 1 > layer 2", ok, numbers))
     lines.append(wsd_target_verdict(args, score, verdict))
     return lines
 
@@ -397,11 +395,11 @@ def wsd_target_verdict(args, score: dict, verdict) -> str:
     top, below = score.get(("wsd", 2)), score.get(("wsd", 1))
     probe = load(args.out, "probe-wsd-layer2.json")
     if top is None or below is None or probe is None:
-        return verdict("wsd target", label, None, "")
+        return verdict("wsd", label, None, "")
     first = probe["first_sense_baseline"]
     ok = top >= below and top > first
     gap = "above" if top > first else "under"
-    return verdict("wsd target", label, ok, f"layer 2 {top:.1f}, layer 1 {below:.1f}, first sense {first:.1f}: "
+    return verdict("wsd", label, ok, f"layer 2 {top:.1f}, layer 1 {below:.1f}, first sense {first:.1f}: "
                                              f"layer 2 {abs(top - first):.1f} {gap} it")
 
 
