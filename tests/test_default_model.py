@@ -12,7 +12,11 @@ from conftest import DATA, REPO, need
 
 from elmo import Elmo, Embedder, batch_to_ids
 from elmo.cli import main as cli_main
+from elmo.lab.examples import AMBIGUOUS
+from elmo.lab.inputs import tokenize
+from elmo.lab.panels_words import sense_distances
 from elmo.models import bundled_models, resolve_model
+from elmo.tasks.contextuality import read_sense_set, sense_margins, separation_summary
 
 CARD = REPO / "docs" / "model-card.json"
 pytestmark = pytest.mark.skipif("default" not in bundled_models(), reason="no bundled default model in this checkout")
@@ -92,3 +96,43 @@ def test_senses_separate_in_layers_1_and_2_not_in_layer_0(card, embedder):
         first = embedder.embed_sentence(occurrences[word][0].tokens)[0, occurrences[word][0].position]
         last = embedder.embed_sentence(occurrences[word][-1].tokens)[0, occurrences[word][-1].position]
     np.testing.assert_allclose(first, last, atol=1e-5)
+
+
+# Issue #25's targets for the model in training (docs/training.md, runs/default-v3). The bundled v1
+# model misses each of them; strict, so a target the next model meets fails here until its marker goes.
+TARGET_OF_NEXT_MODEL = pytest.mark.xfail(strict=True, reason="issue #25's target; the bundled v1 model misses it")
+
+
+@TARGET_OF_NEXT_MODEL
+def test_card_perplexity_meets_the_target(card):
+    """Full softmax, every test sentence from zero state, both directions averaged: <= 100."""
+    assert card["perplexity"]["test"]["average"] <= 100
+
+
+@TARGET_OF_NEXT_MODEL
+def test_semcor_senses_separate_for_50_of_57_words(card):
+    """The card's SemCor margins (checked against a fresh computation above) positive for >= 50 words."""
+    for layer in ("1", "2"):
+        assert card["contextuality"]["layers"][layer]["positive"] >= 50, layer
+
+
+@TARGET_OF_NEXT_MODEL
+@pytest.mark.parametrize("name", ["homonyms.json", "homonyms_heldout.json"])
+def test_hand_written_homonyms_separate_in_layers_1_and_2(embedder, name):
+    """Same-sense occurrences closer than different-sense ones for >= 80% of the words, on sentences
+    written for this check, none from SemCor; the held-out set guards against tuning to one."""
+    summary = separation_summary(sense_margins(embedder, read_sense_set(REPO / "tests" / "data" / name)))
+    for layer in (1, 2):
+        assert summary[layer]["words"] >= 15
+        assert summary[layer]["fraction"] >= 0.8, (layer, summary[layer]["not_separating"])
+
+
+@TARGET_OF_NEXT_MODEL
+def test_the_readmes_bank_example_separates_senses_in_layer_2(embedder):
+    """The lab's first example: "bank" by the river and "bank" for money further apart than within a sense."""
+    senses = [sense for sense, _ in AMBIGUOUS["bank"]]
+    sentences = [tokenize(text) for _, text in AMBIGUOUS["bank"]]
+    vectors = np.stack([array[2, tokens.index("bank")]
+                        for array, tokens in zip(embedder.embed_sentences(sentences), sentences)])
+    distances = sense_distances(vectors, senses)
+    assert distances["between"] > distances["within"], distances
