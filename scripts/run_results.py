@@ -307,11 +307,11 @@ def why_failed(name: str, facts: dict | None) -> str:
                   "SemCor margins above")
     else:
         layers = "see the model's card"
+    smaller = ("a biLM this much smaller and shorter-trained than the paper's (above) adds less to a task model "
+               "that already has word2vec vectors from the same text and a character CNN.")
     return {
-        "every task": "a biLM this much smaller and shorter-trained than the paper's (above) adds less to a task "
-                      "model that already has word2vec vectors from the same text and a character CNN.",
-        "ner target": "a biLM this much smaller and shorter-trained than the paper's (above) adds less to a task "
-                      "model that already has word2vec vectors from the same text and a character CNN.",
+        "every task": smaller,
+        "ner target": smaller,
         "low resource": f"at 1% (140 sentences) the ELMo arm's seeds spread by more than the gain (its std in the "
                         f"table), and the task model has to learn what to do with {width} extra inputs per token "
                         "from very few examples.",
