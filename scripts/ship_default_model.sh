@@ -6,6 +6,7 @@
 #   bash scripts/ship_default_model.sh RUN_DIR
 set -euo pipefail
 run=${1:?usage: $0 RUN_DIR}
+runs=$(dirname "$run")   # the grid's metrics, caches and static vectors live beside the run, outside the repo
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 elmo export "$run" -o src/elmo/bundled/default --float16 --overwrite
@@ -13,7 +14,8 @@ du -sh src/elmo                                                    # the install
 python scripts/evaluate_default_model.py --run "$run"             # docs/model-card.json and .md
 python scripts/sense_check.py --set tests/data/homonyms.json
 python scripts/sense_check.py --set tests/data/homonyms_heldout.json
-python scripts/run_results.py --elmo default                      # docs/results.md (resumable; N copies share it;
+python scripts/run_results.py --elmo default --static "$runs/static/wiki-w2v300.bin" \
+    --out "$runs/results" --cache-dir "$runs/cache"              # docs/results.md (resumable; N copies share it;
                                                                   # the static arm can run earlier: --arms static)
 ELMO_LAB_SCREENSHOTS=1 python -m pytest tests/test_lab_browser.py # docs/lab/*.png
 # Then, by hand: drop the TARGET_OF_NEXT_MODEL markers of tests/test_default_model.py (issue #25's
