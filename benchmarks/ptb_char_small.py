@@ -75,12 +75,16 @@ def write_initial_model(model_dir: Path, seed: int) -> None:
     save_bilm(bilm, model_dir / "options.json", model_dir / "weights.hdf5")
 
 
-def score(out: Path, text: Path, lines: int | None, device: str = "cpu") -> dict:
+def score(out: Path, text: Path, lines: int | None, device: str = "cpu", mode: str = "stream") -> dict:
+    """Word-level perplexity; `stream`: the text in order, state carried (the PTB protocol);
+    `sentence`: every sentence from zero state, which shows how much the model uses earlier sentences."""
     if lines:
         head = out / f"{text.stem}.head{lines}.txt"
         head.write_text("".join(text.read_text().splitlines(keepends=True)[:lines]))
         text = head
     model, vocab, _ = load_run(out)
+    if mode == "sentence":
+        return perplexity(model, vocab, [str(text)], mode="sentence", batch_size=64, device=device)
     return perplexity(model, vocab, [str(text)], mode="stream", batch_size=1, unroll=35, device=device)
 
 
@@ -137,6 +141,8 @@ def main() -> None:
                   "wall_s": round(time.time() - started, 1), "device": device}
         if epoch == args.epochs:
             record["test"] = score(out, data / "ptb.test.txt", args.eval_lines, device)
+            # issue #26 (a): a model trained on shuffled sentences gains little from the carried state
+            record["valid_zero_state"] = score(out, data / "ptb.valid.txt", args.eval_lines, device, mode="sentence")
         with log.open("a") as f:
             f.write(json.dumps(record) + "\n")
         print(json.dumps(record), flush=True)
