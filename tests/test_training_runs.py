@@ -139,6 +139,52 @@ def test_sigkill_and_resume_equals_uninterrupted(tmp_path, fixture_run):
                        for i, r in enumerate(json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines())]
 
 
+def _wait_for(condition, proc: subprocess.Popen, what: str, seconds: float = 120.0) -> None:
+    deadline = time.time() + seconds
+    while not condition():
+        assert proc.poll() is None, f"training exited ({proc.returncode}) before {what}: {proc.stderr.read().decode()}"
+        assert time.time() < deadline, f"no {what} within {seconds:.0f} s"
+        time.sleep(0.02)
+
+
+@pytest.mark.slow  # signals a training process
+def test_sigusr1_saves_and_goes_on_sigterm_saves_and_stops(tmp_path, fixture_run):
+    """A scheduler's SIGTERM (or torchrun's, forwarded on shutdown) must not lose the steps since the
+    last checkpoint; SIGUSR1 takes a checkpoint on demand. Only the signals save here."""
+    _, _, flags = fixture_run
+    run = tmp_path / "signalled"
+    rare = ["--max-steps", "100000", "--checkpoint-every", "100000", "--checkpoint-minutes", "600", "--log-every", "1"]
+    proc = subprocess.Popen([str(ELMO), "train", *flags, *rare, "--out", str(run)], env=subprocess_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        metrics = run / "metrics.jsonl"
+        _wait_for(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3, proc, "third logged step")
+        proc.send_signal(signal.SIGUSR1)
+        _wait_for(lambda: list_checkpoints(run), proc, "checkpoint after SIGUSR1")
+        saved_at = list_checkpoints(run)[0][0]
+        _wait_for(lambda: json.loads(metrics.read_text().splitlines()[-1])["step"] > saved_at + 2, proc,
+                  "step after the SIGUSR1 checkpoint")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err.decode()
+    stopped_at = json.loads(metrics.read_text().splitlines()[-1])["step"]
+    assert [step for step, _ in list_checkpoints(run)] == [saved_at, stopped_at]
+    assert stopped_at > saved_at + 2
+    assert f"stopped by SIGTERM at step {stopped_at}" in err.decode() and "--resume" in err.decode()
+    assert cli_main(["train", "--out", str(run), "--resume", "--max-steps", str(stopped_at + 2), "--threads", "1",
+                     "--no-progress"]) == 0
+    assert load_checkpoint(latest_checkpoint(run))["step"] == stopped_at + 2
+
+
+def test_training_leaves_the_signal_handlers_as_it_found_them(tmp_path, fixture_run):
+    _, _, flags = fixture_run
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGUSR1)
+    assert cli_main(["train", *flags, "--max-steps", "2", "--out", str(tmp_path / "run")]) == 0
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGUSR1)) == before
+
+
 @pytest.mark.slow  # resume
 @pytest.mark.parametrize("batching", ["sentence", "stream", "ordered"])
 def test_resume_equals_uninterrupted_for_each_batching(tmp_path, fixture_run, batching):

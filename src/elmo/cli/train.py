@@ -31,7 +31,10 @@ def _add_vocab(sub: argparse._SubParsersAction) -> None:
 def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a biLM (bilm-tf's recipe) on a tokenized corpus",
                        description="Train forward and backward LMs sharing the char CNN and softmax. Unset "
-                       "training values come from the options' training keys, else the original recipe.")
+                       "training values come from the options' training keys, else the original recipe. "
+                       "SIGTERM saves a checkpoint and stops after the current step (under torchrun, signal "
+                       "torchrun); SIGUSR1 saves one and goes on (under torchrun, signal the ranks: "
+                       "pkill -USR1 -P TORCHRUN_PID).")
     p.add_argument("--train", nargs="+", help="files or globs of tokenized text, one sentence per line (.gz ok)")
     p.add_argument("--vocab", help="vocabulary file (`elmo vocab`)")
     arch = p.add_mutually_exclusive_group()
@@ -136,6 +139,9 @@ def run_train(args: argparse.Namespace) -> int:
     if "step" in summary and summary.get("checkpoint"):
         print(f"step {summary['step']}: loss {summary['loss']:.4f}, ppl {summary['ppl']:.2f}; checkpoint {summary['checkpoint']}",
               file=sys.stderr)
+    if summary.get("stopped_by") and summary.get("checkpoint"):  # rank 0 speaks for all
+        print(f"stopped by {summary['stopped_by']} at step {summary.get('step')} of {summary['max_steps']}; continue with "
+              f"`elmo train --out {summary['run_dir']} --resume`", file=sys.stderr)
     return 0
 
 

@@ -4,6 +4,8 @@ A run directory holds options.json (the architecture plus bilm-tf's training key
 writes it), run.json (our settings), vocab.txt, metrics.jsonl and checkpoints/. A checkpoint holds
 the weights, the optimizer, the step, and per rank the data position, the LSTM states and the RNG
 states, so a resumed run computes exactly what the uninterrupted one would have.
+SIGTERM (a scheduler's preemption; torchrun forwards it) saves a checkpoint and stops after the
+current step; SIGUSR1 saves one and goes on.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import contextlib
 import fnmatch
 import json
 import math
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -309,12 +313,14 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
         progress = _Progress(out, rank, s.progress, max_steps, step)
         cleanup.callback(progress.close)
         cleanup.callback(batcher.close)
+        signals = cleanup.enter_context(_signal_requests())
         while step < max_steps:
             batch = batcher.next_batch().to(device)
             loss_f, loss_b, new_states = losses(trained, batch, states, streaming, autocast)
             now = time.time()
-            due = rank == 0 and now - last_save >= 60.0 * control["checkpoint_minutes"]
-            out_of_time = rank == 0 and s.max_minutes is not None and now - start >= 60.0 * s.max_minutes
+            asked_to_save, signals["save"] = signals["save"], False
+            due = asked_to_save or (rank == 0 and now - last_save >= 60.0 * control["checkpoint_minutes"])
+            out_of_time = signals["stop"] or (rank == 0 and s.max_minutes is not None and now - start >= 60.0 * s.max_minutes)
             mean_f, mean_b, due, stop = _agree(loss_f, loss_b, due, out_of_time, world)
             if not (math.isfinite(mean_f) and math.isfinite(mean_b)):
                 raise TrainingError(_nan_message(step + 1, mean_f, mean_b, last_path))
@@ -334,7 +340,31 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
                 last_save = time.time()
             if stop:
                 break
-    return dict(progress.summary, max_steps=max_steps, checkpoint=str(last_path) if last_path else None, run_dir=str(out))
+    stopped_by = "SIGTERM" if signals["stop"] else None
+    return dict(progress.summary, max_steps=max_steps, checkpoint=str(last_path) if last_path else None, run_dir=str(out),
+                stopped_by=stopped_by)
+
+
+@contextlib.contextmanager
+def _signal_requests():
+    """Flags set by SIGTERM ("stop") and SIGUSR1 ("save"), read once per step so that every rank
+    saves and stops at the same step; the previous handlers come back afterwards. Signal handlers
+    can only be set from the main thread; elsewhere (training called from a thread) nothing is caught."""
+    requests = {"save": False, "stop": False}
+    wanted = [signal.SIGTERM] + ([signal.SIGUSR1] if hasattr(signal, "SIGUSR1") else [])
+    if threading.current_thread() is not threading.main_thread():
+        yield requests
+        return
+
+    def handler(signum, frame):
+        requests["stop" if signum == signal.SIGTERM else "save"] = True
+
+    previous = {sig: signal.signal(sig, handler) for sig in wanted}
+    try:
+        yield requests
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _agree(loss_f: torch.Tensor, loss_b: torch.Tensor, due: bool, out_of_time: bool, world: int) -> tuple[float, float, bool, bool]:
