@@ -50,6 +50,26 @@ def provenance(run_dir: Path) -> dict:
             "run_settings": relative_paths(json.loads((run_dir / "run.json").read_text()))}
 
 
+def stored_dtypes(model_dir: Path) -> dict:
+    """The dtypes each HDF5 file stores its weights in (float16 keeps the package within its budget;
+    `load_bilm` gives float32 either way), so the card says what is on disk."""
+    return {path.name: hdf5_dtypes(path) for path in sorted(model_dir.glob("*.hdf5"))}
+
+
+def hdf5_dtypes(path: Path) -> list[str]:
+    import h5py
+
+    kinds: set[str] = set()
+
+    def note(_: str, obj) -> None:
+        if isinstance(obj, h5py.Dataset):
+            kinds.add(str(obj.dtype))
+
+    with h5py.File(path, "r") as f:
+        f.visititems(note)
+    return sorted(kinds)
+
+
 def relative_paths(run: dict) -> dict:
     """Corpus paths relative to the repository, so the card holds nothing machine-specific."""
     run["train"] = [os.path.relpath(os.path.normpath(path), REPO) for path in run.get("train", [])]
@@ -73,6 +93,7 @@ def main() -> None:
                                                                      text=True, cwd=REPO).stdout.strip()}
     files = resolve_model(args.model)
     card["size_mb"] = {f.name: round(f.stat().st_size / 1e6, 2) for f in sorted(files.options_file.parent.iterdir())}
+    card["stored_dtypes"] = stored_dtypes(files.options_file.parent)
     card["options"] = json.loads(files.options_file.read_text())
     card["training"] = provenance(args.run)
     lm, vocab = load_for_scoring(args.model)
@@ -102,7 +123,11 @@ def render_card(card: dict) -> None:
              f"| tokens seen (per direction) | {t['tokens_seen_per_direction']:,} |",
              f"| training wall time | {t['wall_time_hours']} h |",
              f"| vocabulary (softmax) | {card['vocab_size']:,} |",
-             f"| files | {', '.join(f'{k} {v} MB' for k, v in card['size_mb'].items())} |", "",
+             f"| files | {', '.join(f'{k} {v} MB' for k, v in card['size_mb'].items())} |"]
+    if "stored_dtypes" in card:
+        stored = ", ".join(f"{name} {'/'.join(kinds)}" for name, kinds in card["stored_dtypes"].items())
+        lines.append(f"| weights stored as | {stored} (loaded as float32) |")
+    lines += ["",
              "Full-softmax perplexity (every sentence from zero state, as the embedder runs it):", "",
              "| split | tokens | forward | backward | average |", "| --- | ---: | ---: | ---: | ---: |"]
     for name, r in ppl.items():
