@@ -1,6 +1,7 @@
 """`elmo.ElmoEmbedder`: code written for AllenNLP 0.9 runs with one changed import."""
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 from elmo import ElmoEmbedder, Embedder, InputError, ModelFileError
+from elmo.models import resolve_model
 
 # Written the way users wrote it against AllenNLP 0.9 (the tutorial's calls, then a file of sentences).
 SCRIPT_09 = textwrap.dedent("""\
@@ -111,7 +113,8 @@ def test_batch_to_embeddings_shapes_and_mask(allennlp_dir):
 
 
 def test_no_files_loads_the_bundled_default_model():
-    assert ElmoEmbedder().embed_sentence(["a"]).shape == (3, 1, 256)
+    options = json.loads(resolve_model("default").options_file.read_text())
+    assert ElmoEmbedder().embed_sentence(["a"]).shape == (3, 1, 2 * options["lstm"]["projection_dim"])
 
 
 def test_no_files_and_no_bundled_model_is_a_clear_error(monkeypatch, tmp_path):
