@@ -697,7 +697,8 @@ def parse_args(argv=None):
     p.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     p.add_argument("--static", type=Path, default=REPO / "runs" / "static" / "wiki-w2v300.bin",
                    help="word2vec vectors; trained on wiki_corpus first if absent")
-    p.add_argument("--out", type=Path, default=REPO / "runs" / "results", help="metrics files")
+    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "grid",
+                   help="metrics files (committed: docs/results.md renders from them; models and locks are not)")
     p.add_argument("--cache-dir", type=Path, default=REPO / "runs" / "cache")
     p.add_argument("--docs", type=Path, default=REPO / "docs")
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])

@@ -6,7 +6,7 @@
 #   bash scripts/ship_default_model.sh RUN_DIR
 set -euo pipefail
 run=${1:?usage: $0 RUN_DIR}
-runs=$(dirname "$run")   # the grid's metrics, caches and static vectors live beside the run, outside the repo
+runs=$(dirname "$run")   # the grid's caches and static vectors live beside the run, outside the repo
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 elmo export "$run" -o src/elmo/bundled/default --float16 --overwrite
@@ -15,9 +15,9 @@ python scripts/evaluate_default_model.py --run "$run"             # docs/model-c
 python scripts/sense_check.py --set tests/data/homonyms.json
 python scripts/sense_check.py --set tests/data/homonyms_heldout.json
 python scripts/run_results.py --elmo default --static "$runs/static/wiki-w2v300.bin" \
-    --out "$runs/results" --cache-dir "$runs/cache"              # docs/results.md (resumable; N copies share it;
+    --out benchmarks/results/grid --cache-dir "$runs/cache"      # docs/results.md (resumable; N copies share it;
                                                                   # the static arm can run earlier: --arms static)
-R=$runs/results   # docs/lab/*.png: the new model with the grid's seed-1 taggers and mixes (docs/lab.md)
+R=benchmarks/results/grid   # docs/lab/*.png: the new model with the grid's seed-1 taggers and mixes (docs/lab.md)
 ELMO_LAB_SCREENSHOTS=1 ELMO_LAB_MODEL=default ELMO_LAB_NER=$R/ner-elmo-1-s1.model.pt \
   ELMO_LAB_NER_BASELINE=$R/ner-static-1-s1.model.pt \
   ELMO_LAB_PRESETS=POS=$R/pos-elmo-1-s1.json,SST-5=$R/sst5-elmo-1-s1.json \

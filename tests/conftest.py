@@ -29,7 +29,7 @@ def train_small_vectors(out: Path) -> Path:
     from elmo.cli import main
     corpus = need(DATA / "wiki_corpus" / "valid.txt")
     assert main(["static", "train", str(corpus), "-o", str(out), "--dim", "16", "--min-count", "1", "--epochs", "1",
-                 "--max-sentences", "400", "--workers", "1"]) == 0
+                 "--max-sentences", "400"]) == 0
     return out
 
 

@@ -138,3 +138,14 @@ def test_eval_every_scores_dev_on_schedule_and_after_the_last_epoch(tmp_path, fi
     assert [h["epoch"] for h in history if "dev" in h] == [2, 4, 5]
     assert main([*base, "--eval-every", "0"]) == 2
     assert "--eval-every must be at least 1, found 0" in capsys.readouterr().err
+
+
+def test_static_vectors_are_the_same_file_on_every_run(tmp_path):
+    """One gensim worker by default: the results grid's static vectors can be rebuilt byte for byte.
+    3,000 sentences are several of gensim's jobs, where two workers give a different file each run."""
+    corpus = need(DATA / "wiki_corpus" / "valid.txt")
+    files = [tmp_path / "a.bin", tmp_path / "b.bin"]
+    for out in files:
+        assert main(["static", "train", str(corpus), "-o", str(out), "--dim", "16", "--min-count", "1",
+                     "--epochs", "1", "--max-sentences", "3000"]) == 0
+    assert files[0].read_bytes() == files[1].read_bytes()

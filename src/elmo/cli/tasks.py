@@ -118,7 +118,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--min-count", type=int, default=5)
     s.add_argument("--epochs", type=int, default=5)
     s.add_argument("--cbow", action="store_true", help="CBOW instead of skip-gram")
-    s.add_argument("--workers", type=int, default=2)
+    s.add_argument("--workers", type=int, default=1,
+                   help="gensim threads (default 1: the same file on every run; more are faster but their "
+                        "threads race, so each run differs)")
     s.add_argument("--seed", type=int, default=1)
     s.add_argument("--max-sentences", type=int, default=None, help="only the first N sentences (a slice)")
     s.set_defaults(func=run_static)

@@ -77,7 +77,7 @@ def from_report(path: Path) -> dict:
 def read_results(path: Path | None) -> tuple[dict, str]:
     """(our results by benchmark name, why there are none when empty)."""
     if path is None:
-        return {}, ("not available yet: no measured results found (the task experiments write runs/results/; "
+        return {}, ("not available yet: no measured results found (the task grid writes benchmarks/results/grid/; "
                     "or pass --results FOLDER|FILE)")
     if path.is_dir():
         found = aggregate_runs(path)

@@ -55,10 +55,12 @@ class Corpus:
 
 
 def train_word2vec(corpus: Iterable[list[str]], output: str | os.PathLike, dim: int = 300, window: int = 5,
-                   min_count: int = 5, epochs: int = 5, skipgram: bool = True, workers: int = 2, seed: int = 1) -> int:
+                   min_count: int = 5, epochs: int = 5, skipgram: bool = True, workers: int = 1, seed: int = 1) -> int:
     """Train word2vec (skip-gram with negative sampling by default) and write word2vec binary format.
 
     Returns the vocabulary size. The file is written under a temporary name, renamed at the end.
+    One worker gives the same file for the same corpus and seed (a lost file can be rebuilt exactly);
+    several are faster, but their threads race over the shared vectors.
     """
     _, Word2Vec = _gensim()
     model = Word2Vec(vector_size=dim, window=window, min_count=min_count, sg=int(skipgram), workers=workers,
