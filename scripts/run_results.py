@@ -17,6 +17,7 @@ Several copies of the same command share the grid: each takes the next run no li
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import json
 import os
@@ -403,6 +404,17 @@ def wsd_target_verdict(args, score: dict, verdict) -> str:
                                              f"layer 2 {abs(top - first):.1f} {gap} it")
 
 
+def static_fingerprint(path: Path) -> str:
+    """The vectors' checksum: one gensim worker rebuilds the same file, so a lost copy can be checked."""
+    if not path.is_file():
+        return ""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return f" (sha256 `{digest.hexdigest()[:16]}`)"
+
+
 def render(args, runs) -> str:
     commands = {name: "elmo " + shlex.join(cmd + ["--out", str(args.out / name)]) for name, cmd in runs}
     done = {name for name, _ in runs if (args.out / name).exists()}
@@ -416,9 +428,11 @@ def render(args, runs) -> str:
         "corpus, plus a character CNN for OOV words); the ELMo arm adds a learned scalar mix of the frozen",
         "biLM's layers, so the only difference between the arms is context.",
         "",
-        f"biLM: `{args.elmo if not args.options else args.options}`; static vectors: `{args.static}`; "
-        f"{len(done)} of {len(runs)} runs present"
-        + (f", {sum(load(args.out, n).get('seconds', 0) for n in done) / 3600:.1f} h of wall-clock time." if done else "."),
+        f"biLM: `{args.elmo if not args.options else args.options}`; static vectors: `{args.static}`"
+        f"{static_fingerprint(args.static)}; {len(done)} of {len(runs)} runs present"
+        + (f", {sum(load(args.out, n).get('seconds', 0) for n in done) / 3600:.1f} h of wall-clock time "
+           "(the sum of the runs' own times)." if done else ".")
+        + (f" {args.conditions}" if args.conditions else ""),
         "",
         "Reproduce (resumable: finished runs are skipped; start the same command N times and the N processes "
         "share the grid, each taking the next run nobody holds): "
@@ -715,6 +729,8 @@ def parse_args(argv=None):
     p.add_argument("--shard", type=shard, default=(0, 1), metavar="I/N",
                    help="run only every N-th run starting at I (0-based), so N processes share the grid")
     p.add_argument("--render-only", action="store_true", help="only rewrite the report from existing metrics")
+    p.add_argument("--conditions", default="",
+                   help="what else ran beside the grid, printed after its wall-clock time (times depend on it)")
     p.add_argument("--force", action="store_true",
                    help="rewrite the report even if it would show fewer runs than the one it replaces")
     p.add_argument("--in-process", action="store_true", help="run commands in this process (faster for tiny runs)")
