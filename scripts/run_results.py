@@ -42,13 +42,20 @@ TASK_NAMES = {"ner": "NER (CoNLL-2003 test, span F1)", "pos": "POS (UD EWT test,
               "sst5": "SST-5 (test, accuracy)"}
 ARMS = ("static", "elmo")
 FRACTIONS = [0.01, 0.1, 1.0]
+PTB_RESULTS = REPO / "benchmarks" / "results"
+PTB_RUNS = [  # (what, per-epoch log, command); the first is the one held to the target
+    ("in order (Kim's 20 contiguous streams, `--batching ordered`), the recipe issue #26's comparisons chose",
+     PTB_RESULTS / "ptb-char-small-ordered-cpu.jsonl",
+     "python benchmarks/ptb_char_small.py --out ../runs/ptb-ordered-mean-25 --threads 2"),
+    ("shuffled sentences packed into rows (`--batching stream`), sessions 8-14",
+     PTB_RESULTS / "ptb-char-small-cpu.jsonl",
+     "python benchmarks/ptb_char_small.py --out ../runs/ptb-525 --batching stream --threads 2"),
+]
+PTB_EPOCHS = 25
+PTB_TARGET = 92.3  # Kim et al. (2016), LSTM-Char-Small, test perplexity
 # Epochs for the subsets, both arms alike: at 1% an epoch is five updates, so 15 epochs with patience 3
 # stop before the tagger predicts its first entity (F1 0 in a first run). Dev is scored every few
 # epochs, so its cost does not grow with the number of (cheap) epochs; patience counts dev scorings.
-PTB_LOGS = [REPO / "benchmarks" / "results" / f"ptb-char-small-cpu{suffix}.jsonl" for suffix in ("", "-partial")]
-PTB_EPOCHS = 25
-PTB_COMMAND = "python benchmarks/ptb_char_small.py --out ../runs/ptb-525 --threads 2"
-PTB_TARGET = 92.3  # Kim et al. (2016), LSTM-Char-Small, test perplexity
 LOW_RESOURCE_SCHEDULE = {0.01: ["--epochs", "100", "--eval-every", "5", "--patience", "3"],
                          0.1: ["--epochs", "40", "--eval-every", "2", "--patience", "3"]}
 
@@ -520,36 +527,57 @@ def render(args, runs) -> str:
 
 
 def ptb_section() -> list[str]:
-    """The PTB language-modelling benchmark, from the per-epoch log `benchmarks/ptb_char_small.py` writes."""
+    """The PTB language-modelling benchmark, from the per-epoch logs `benchmarks/ptb_char_small.py` writes."""
     lines = ["## Language modelling: PTB perplexity (Kim et al. 2016's LSTM-Char-Small size)", "",
              "A biLM with LSTM-Char-Small's sizes (char CNN of 525 filters, widths 1-6, one highway layer feeding",
              "2 LSTM layers of 300 cells, each projected up to 525 as the file format needs) trained on Mikolov's",
-             "PTB with Kim et al.'s schedule (25 epochs, SGD halved on plateau);",
+             "PTB with Kim et al.'s schedule (25 epochs, SGD halved on plateau), the mean of the two directions' losses;",
              "word-level perplexity, end of sentence included, text read in order with the state carried.",
-             f"Target: forward test perplexity at or below {PTB_TARGET} (Kim et al.'s; their Large: 78.9).",
-             "docs/training.md has the earlier runs and what was tried on the way.", ""]
-    log, records = ptb_log()
+             f"Target: forward test perplexity at or below {PTB_TARGET} (Kim et al.'s; their Large: 78.9), held to the",
+             "first run below. docs/training.md has the comparisons that chose its recipe and the earlier runs.", ""]
+    runs = [(what, log, command, ptb_records(log)) for what, log, command in PTB_RUNS]
+    if not any(records for *_, records in runs):
+        return lines + ["No epoch of the current run has finished yet.", "", "```", PTB_RUNS[0][2], "```", ""]
+    for index, (what, _, _, records) in enumerate(runs):
+        lines += [f"**Run {index + 1}, {what}.** " + ptb_status(records, held_to_target=index == 0), ""]
+        if index == 0 and not ptb_finished(records):
+            lines += ptb_projection(records)
+    lines += ["![PTB validation perplexity per epoch](results_ptb.png)", "",
+              "Validation perplexity, forward / backward, and the learning rate of each epoch:", "",
+              "| epoch | " + " | ".join(f"run {i + 1}: lr | run {i + 1}: valid" for i in range(len(runs))) + " |",
+              "| --- | " + " | ".join("--- | ---" for _ in runs) + " |"]
+    by_epoch = [{r["epoch"]: r for r in records} for *_, records in runs]
+    for epoch in sorted(set().union(*by_epoch)):
+        cells = []
+        for records in by_epoch:
+            r = records.get(epoch)
+            cells += [f"{r['lr']:g}", f"{r['valid']['forward']:.1f} / {r['valid']['backward']:.1f}"] if r else ["", ""]
+        lines.append(f"| {epoch} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for index, (_, log, command, records) in enumerate(runs):
+        resumable = " (resumable: rerun it to continue)" if records and not ptb_finished(records) else ""
+        lines += [f"Run {index + 1}: log `{log.relative_to(REPO)}` (the run's `benchmark.jsonl`); command{resumable}:",
+                  "", "```", command, "```", ""]
+    return lines
+
+
+def ptb_finished(records: list[dict]) -> bool:
+    """The last epoch scored the test set (a shorter run may have scored it at its own end, e.g. an ablation's)."""
+    return bool(records) and records[-1]["epoch"] >= PTB_EPOCHS and "test" in records[-1]
+
+
+def ptb_status(records: list[dict], held_to_target: bool) -> str:
     if not records:
-        return lines + ["No epoch of the current run has finished yet.", "", "```", PTB_COMMAND, "```", ""]
+        return "No epoch has finished yet."
     last = records[-1]
-    finished = "test" in last
-    if finished:
+    if ptb_finished(records):
         t = last["test"]
-        verdict = "met" if t["forward"] <= PTB_TARGET else "missed"
-        lines += [f"Test perplexity after {last['epoch']} epochs: forward **{t['forward']:.1f}**, backward "
-                  f"**{t['backward']:.1f}**, average {t['average']:.1f} ({t['tokens']:,} tokens); target {verdict}. "
-                  f"Wall time {last['wall_s'] / 3600:.1f} h on {last['device']}.", ""]
-    else:
-        lines += [f"**Not finished**: {last['epoch']} of {PTB_EPOCHS} epochs after {last['wall_s'] / 3600:.1f} h on "
-                  f"{last['device']}; the test set is scored once, after the last epoch, so the target is not shown yet.", ""]
-        lines += ptb_projection(records)
-    lines += ["![PTB validation perplexity per epoch](results_ptb.png)", ""]
-    lines += ["| epoch | lr | valid forward | valid backward | wall-clock h |", "| --- | --- | --- | --- | --- |"]
-    lines += [f"| {r['epoch']} | {r['lr']:g} | {r['valid']['forward']:.1f} | {r['valid']['backward']:.1f} | "
-              f"{r['wall_s'] / 3600:.2f} |" for r in records]
-    resumable = "" if finished else " (resumable: rerun it to continue)"
-    return lines + ["", f"Log: `{log.relative_to(REPO)}` (the run's `benchmark.jsonl`). Command{resumable}:",
-                    "", "```", PTB_COMMAND, "```", ""]
+        verdict = f"; target {'met' if t['forward'] <= PTB_TARGET else 'missed'}" if held_to_target else ""
+        return (f"Test perplexity after {last['epoch']} epochs: forward **{t['forward']:.1f}**, backward "
+                f"**{t['backward']:.1f}**, average {t['average']:.1f} ({t['tokens']:,} tokens){verdict}. "
+                f"Wall time {last['wall_s'] / 3600:.1f} h on {last['device']}.")
+    return (f"**Not finished**: {last['epoch']} of {PTB_EPOCHS} epochs after {last['wall_s'] / 3600:.1f} h on "
+            f"{last['device']}; the test set is scored once, after the last epoch, so the target is not shown yet.")
 
 
 # Two laws for a validation curve at a fixed learning rate, each a + b * shape(epoch, c): name -> (formula, shape).
@@ -569,10 +597,9 @@ def fit_curve(epochs: np.ndarray, values: np.ndarray, shape) -> tuple[float, np.
     return best
 
 
-def ptb_log() -> tuple[Path | None, list[dict]]:
-    """The PTB run's per-epoch records: the final log if there is one, else the partial one."""
-    log = next((p for p in PTB_LOGS if p.exists()), None)
-    return log, [json.loads(line) for line in log.read_text().splitlines()] if log else []
+def ptb_records(log: Path) -> list[dict]:
+    """A PTB run's per-epoch records; none if the log is not there."""
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
 
 
 def first_rate_fits(records: list[dict]) -> tuple[list[int], list[tuple[float, str, object]]]:
@@ -610,35 +637,42 @@ def ptb_projection(records: list[dict]) -> list[str]:
 
 
 def ptb_plot(path: Path) -> None:
-    """Validation perplexity per epoch, the target, the halvings and (unfinished) the lr-1 projections."""
+    """Validation perplexity per epoch of each run, the target, the halvings, the test scores and
+    (the target's run, unfinished) the lr-1 projections."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    _, records = ptb_log()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    if records:
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    highest = 0.0
+    for index, ((what, log, _), color) in enumerate(zip(PTB_RUNS, ("tab:blue", "tab:orange"))):
+        records = ptb_records(log)
+        if not records:
+            continue
+        name = f"run {index + 1}, " + ("in order" if "ordered" in what else "shuffled")
         epochs = [r["epoch"] for r in records]
-        ax.plot(epochs, [r["valid"]["forward"] for r in records], "o-", label="valid, forward")
-        ax.plot(epochs, [r["valid"]["backward"] for r in records], "s-", ms=4, label="valid, backward")
+        ax.plot(epochs, [r["valid"]["forward"] for r in records], "o-", color=color, ms=4, label=f"{name}: valid, forward")
+        ax.plot(epochs, [r["valid"]["backward"] for r in records], "s:", color=color, ms=3, label=f"{name}: valid, backward")
+        highest = max(highest, *(r["valid"]["forward"] for r in records))
         for before, after in itertools.pairwise(records):
             if after["lr"] != before["lr"]:
-                ax.axvline(before["epoch"] + 0.5, color="grey", lw=0.8, ls=":")
-        last = records[-1]
-        if "test" in last:
-            ax.plot([last["epoch"]], [last["test"]["forward"]], "k*", ms=12, label="test, forward")
-        else:
+                ax.axvline(before["epoch"] + 0.5, color=color, lw=0.8, ls=":")
+        if ptb_finished(records):
+            ax.plot([records[-1]["epoch"]], [records[-1]["test"]["forward"]], "*", color=color, ms=12,
+                    label=f"{name}: test, forward")
+        elif index == 0:
             grid = np.linspace(2, PTB_EPOCHS, 100)
-            for (_, name, law), style in zip(first_rate_fits(records)[1], ("--", "-.")):
-                ax.plot(grid, law(grid), style, color="tab:blue", lw=1, label=f"kept at lr {records[0]['lr']:g}: {name}")
+            for (_, law_name, law), style in zip(first_rate_fits(records)[1], ("--", "-.")):
+                ax.plot(grid, law(grid), style, color=color, lw=1, label=f"{name}: kept at lr {records[0]['lr']:g}, {law_name}")
+    if highest:
         ax.axhline(PTB_TARGET, color="tab:red", lw=1, label=f"target (test) {PTB_TARGET}")
         ax.set_xlim(0.5, PTB_EPOCHS + 0.5)
-        ax.set_ylim(PTB_TARGET - 10, min(260, max(r["valid"]["forward"] for r in records) + 10))
+        ax.set_ylim(PTB_TARGET - 10, min(260, highest + 10))
     ax.set_xlabel("epoch (dotted lines: learning rate halved)")
     ax.set_ylabel("word-level perplexity")
     ax.set_title("PTB, LSTM-Char-Small-sized biLM")
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
     _save(fig, path)
 
 

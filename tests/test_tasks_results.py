@@ -147,19 +147,35 @@ def test_ptb_projection_extrapolates_the_law_the_curve_follows(law):
 
 def test_ptb_section_reports_the_test_set_once_the_run_is_finished(tmp_path, monkeypatch):
     script = _script()
-    log = tmp_path / "ptb.jsonl"
+    current, earlier = tmp_path / "ordered.jsonl", tmp_path / "stream.jsonl"
     valid = {"forward": 120.0, "backward": 118.0, "average": 119.0, "tokens": 73760}
-    records = [{"epoch": e, "lr": 1.0, "next_lr": 1.0, "valid": valid, "wall_s": 3600.0 * e, "device": "cpu"} for e in (1, 2)]
-    records[-1]["test"] = {"forward": 95.04, "backward": 93.0, "average": 94.0, "tokens": 82430}
-    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    test = {"forward": 95.04, "backward": 93.0, "average": 94.0, "tokens": 82430}
     monkeypatch.setattr(script, "REPO", tmp_path)
-    monkeypatch.setattr(script, "PTB_LOGS", [log])
+    monkeypatch.setattr(script, "PTB_EPOCHS", 3)
+    monkeypatch.setattr(script, "PTB_RUNS", [("in order", current, "cmd-ordered"), ("shuffled", earlier, "cmd-stream")])
+
+    def write(log, epochs, test_at=None):
+        records = [{"epoch": e, "lr": 1.0, "next_lr": 1.0, "valid": valid, "wall_s": 3600.0 * e, "device": "cpu"}
+                   for e in range(1, epochs + 1)]
+        if test_at:
+            records[test_at - 1]["test"] = dict(test)
+        log.write_text("".join(json.dumps(r) + "\n" for r in records))
+        return records
+
+    write(earlier, 3, test_at=3)
+    write(current, 2, test_at=2)  # a shorter run's own test score (an ablation's) is not the benchmark's
     text = "\n".join(script.ptb_section())
-    assert "forward **95.0**, backward **93.0**, average 94.0 (82,430 tokens); target missed" in text
-    assert "Wall time 2.0 h on cpu" in text and "Not finished" not in text and "resumable" not in text
+    run1, run2 = (line for line in text.splitlines() if line.startswith("**Run "))
+    assert "Not finished**: 2 of 3 epochs after 2.0 h on cpu" in run1
+    assert "forward **95.0**, backward **93.0**, average 94.0 (82,430 tokens). Wall time 3.0 h" in run2
+    assert "target" not in run2  # only the first run is held to the target
+    assert "| 3 |  |  | 1 | 120.0 / 118.0 |" in text and "cmd-ordered" in text and "cmd-stream" in text
+
+    records = write(current, 3, test_at=3)
+    assert "average 94.0 (82,430 tokens); target missed" in "\n".join(script.ptb_section())
     records[-1]["test"]["forward"] = script.PTB_TARGET
-    log.write_text("".join(json.dumps(r) + "\n" for r in records))
-    assert "target met" in "\n".join(script.ptb_section())
+    current.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert "; target met" in "\n".join(script.ptb_section())
 
 
 def _write_grid_scores(out, ner_static, ner_elmo, wsd_layers, first_sense):
