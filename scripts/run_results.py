@@ -43,11 +43,11 @@ TASK_NAMES = {"ner": "NER (CoNLL-2003 test, span F1)", "pos": "POS (UD EWT test,
 ARMS = ("static", "elmo")
 FRACTIONS = [0.01, 0.1, 1.0]
 PTB_RESULTS = REPO / "benchmarks" / "results"
-PTB_RUNS = [  # (what, per-epoch log, command); the first is the one held to the target
-    ("in order (Kim's 20 contiguous streams, `--batching ordered`), the recipe issue #26's comparisons chose",
+PTB_RUNS = [  # (short name, what, per-epoch log, command); the first is the one held to the target
+    ("in order", "in order (Kim's 20 contiguous streams, `--batching ordered`), the recipe issue #26's comparisons chose",
      PTB_RESULTS / "ptb-char-small-ordered-cpu.jsonl",
      "python benchmarks/ptb_char_small.py --out ../runs/ptb-ordered-mean-25 --threads 2"),
-    ("shuffled sentences packed into rows (`--batching stream`), sessions 8-14",
+    ("shuffled", "shuffled sentences packed into rows (`--batching stream`), sessions 8-14",
      PTB_RESULTS / "ptb-char-small-cpu.jsonl",
      "python benchmarks/ptb_char_small.py --out ../runs/ptb-525 --batching stream --threads 2"),
 ]
@@ -535,9 +535,9 @@ def ptb_section() -> list[str]:
              "word-level perplexity, end of sentence included, text read in order with the state carried.",
              f"Target: forward test perplexity at or below {PTB_TARGET} (Kim et al.'s; their Large: 78.9), held to the",
              "first run below. docs/training.md has the comparisons that chose its recipe and the earlier runs.", ""]
-    runs = [(what, log, command, ptb_records(log)) for what, log, command in PTB_RUNS]
+    runs = [(what, log, command, ptb_records(log)) for _, what, log, command in PTB_RUNS]
     if not any(records for *_, records in runs):
-        return lines + ["No epoch of the current run has finished yet.", "", "```", PTB_RUNS[0][2], "```", ""]
+        return lines + ["No epoch of the current run has finished yet.", "", "```", PTB_RUNS[0][3], "```", ""]
     for index, (what, _, _, records) in enumerate(runs):
         lines += [f"**Run {index + 1}, {what}.** " + ptb_status(records, held_to_target=index == 0), ""]
         if index == 0 and not ptb_finished(records):
@@ -645,11 +645,11 @@ def ptb_plot(path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     highest = 0.0
-    for index, ((what, log, _), color) in enumerate(zip(PTB_RUNS, ("tab:blue", "tab:orange"))):
+    for index, ((short, _, log, _), color) in enumerate(zip(PTB_RUNS, ("tab:blue", "tab:orange"))):
         records = ptb_records(log)
         if not records:
             continue
-        name = f"run {index + 1}, " + ("in order" if "ordered" in what else "shuffled")
+        name = f"run {index + 1}, {short}"
         epochs = [r["epoch"] for r in records]
         ax.plot(epochs, [r["valid"]["forward"] for r in records], "o-", color=color, ms=4, label=f"{name}: valid, forward")
         ax.plot(epochs, [r["valid"]["backward"] for r in records], "s:", color=color, ms=3, label=f"{name}: valid, backward")

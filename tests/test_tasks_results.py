@@ -152,7 +152,7 @@ def test_ptb_section_reports_the_test_set_once_the_run_is_finished(tmp_path, mon
     test = {"forward": 95.04, "backward": 93.0, "average": 94.0, "tokens": 82430}
     monkeypatch.setattr(script, "REPO", tmp_path)
     monkeypatch.setattr(script, "PTB_EPOCHS", 3)
-    monkeypatch.setattr(script, "PTB_RUNS", [("in order", current, "cmd-ordered"), ("shuffled", earlier, "cmd-stream")])
+    monkeypatch.setattr(script, "PTB_RUNS", [("in order", "in order", current, "cmd-ordered"), ("shuffled", "shuffled", earlier, "cmd-stream")])
 
     def write(log, epochs, test_at=None):
         records = [{"epoch": e, "lr": 1.0, "next_lr": 1.0, "valid": valid, "wall_s": 3600.0 * e, "device": "cpu"}
