@@ -38,7 +38,7 @@ import torch
 from elmo.bilm import BiLM
 from elmo.cli import main as elmo
 from elmo.options import BiLMConfig
-from elmo.training.checkpoint import latest_checkpoint
+from elmo.training.checkpoint import latest_checkpoint, list_checkpoints
 from elmo.training.data import count_targets
 from elmo.training.export import load_run
 from elmo.training.perplexity import perplexity
@@ -139,6 +139,10 @@ def main() -> None:
             max_steps=epoch * per_epoch, threads=args.threads, device=device, checkpoint_every=min(per_epoch, 200), log_every=50,
             batching=args.batching, objective=args.objective,
             resume=latest_checkpoint(out) is not None))
+        reached = list_checkpoints(out)[-1][0]
+        if reached < epoch * per_epoch:  # stopped early (SIGTERM saves and returns): not an epoch to score
+            raise SystemExit(f"{out}: training stopped at step {reached}, before the end of epoch {epoch} "
+                             f"(step {epoch * per_epoch}); rerun the same command to continue")
         valid = score(out, data / "ptb.valid.txt", args.eval_lines, device)
         next_lr = lr / 2 if valid["forward"] > best - 1.0 else lr
         best = min(best, valid["forward"])

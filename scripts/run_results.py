@@ -45,7 +45,7 @@ FRACTIONS = [0.01, 0.1, 1.0]
 PTB_RESULTS = REPO / "benchmarks" / "results"
 PTB_RUNS = [  # (short name, what, per-epoch log, command); the first is the one held to the target
     ("in order", "in order (Kim's 20 contiguous streams, `--batching ordered`), the recipe issue #26's comparisons chose",
-     PTB_RESULTS / "ptb-char-small-ordered-cpu.jsonl",
+     PTB_RESULTS / "ptb-char-small-ordered.jsonl",
      "python benchmarks/ptb_char_small.py --out ../runs/ptb-ordered-mean-25 --threads 2"),
     ("shuffled", "shuffled sentences packed into rows (`--batching stream`), sessions 8-14",
      PTB_RESULTS / "ptb-char-small-cpu.jsonl",
@@ -566,6 +566,19 @@ def ptb_finished(records: list[dict]) -> bool:
     return bool(records) and records[-1]["epoch"] >= PTB_EPOCHS and "test" in records[-1]
 
 
+def ptb_devices(records: list[dict]) -> str:
+    """Where the epochs ran, e.g. "cpu (epochs 1-7), cuda (epochs 8-9)" for a run resumed on a GPU."""
+    spans: list[list] = []
+    for r in records:
+        if spans and spans[-1][0] == r["device"]:
+            spans[-1][2] = r["epoch"]
+        else:
+            spans.append([r["device"], r["epoch"], r["epoch"]])
+    if len(spans) == 1:
+        return spans[0][0]
+    return ", ".join(f"{d} (epochs {a}-{b})" if a != b else f"{d} (epoch {a})" for d, a, b in spans)
+
+
 def ptb_status(records: list[dict], held_to_target: bool) -> str:
     if not records:
         return "No epoch has finished yet."
@@ -575,9 +588,9 @@ def ptb_status(records: list[dict], held_to_target: bool) -> str:
         verdict = f"; target {'met' if t['forward'] <= PTB_TARGET else 'missed'}" if held_to_target else ""
         return (f"Test perplexity after {last['epoch']} epochs: forward **{t['forward']:.1f}**, backward "
                 f"**{t['backward']:.1f}**, average {t['average']:.1f} ({t['tokens']:,} tokens){verdict}. "
-                f"Wall time {last['wall_s'] / 3600:.1f} h on {last['device']}.")
+                f"Wall time {last['wall_s'] / 3600:.1f} h on {ptb_devices(records)}.")
     return (f"**Not finished**: {last['epoch']} of {PTB_EPOCHS} epochs after {last['wall_s'] / 3600:.1f} h on "
-            f"{last['device']}; the test set is scored once, after the last epoch, so the target is not shown yet.")
+            f"{ptb_devices(records)}; the test set is scored once, after the last epoch, so the target is not shown yet.")
 
 
 # Two laws for a validation curve at a fixed learning rate, each a + b * shape(epoch, c): name -> (formula, shape).

@@ -177,6 +177,10 @@ def test_ptb_section_reports_the_test_set_once_the_run_is_finished(tmp_path, mon
     current.write_text("".join(json.dumps(r) + "\n" for r in records))
     assert "; target met" in "\n".join(script.ptb_section())
 
+    records[1]["device"] = records[2]["device"] = "cuda"  # resumed on a GPU after epoch 1
+    current.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert "Wall time 3.0 h on cpu (epoch 1), cuda (epochs 2-3)." in "\n".join(script.ptb_section())
+
 
 def _write_grid_scores(out, ner_static, ner_elmo, wsd_layers, first_sense):
     out.mkdir(exist_ok=True)
