@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -22,6 +23,15 @@ def need(path: Path) -> Path:
     if not path.exists():
         pytest.skip(f"needs {path} (the project's shared fixtures/data beside the checkout)")
     return path
+
+
+def load_script(relative: str):
+    """A script of the repo (benchmarks/, scripts/) imported as a module, to test its functions."""
+    path = REPO / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def train_small_vectors(out: Path) -> Path:

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
-from conftest import REPO
+from conftest import REPO, load_script
 
 
 def load_table_module():
-    spec = importlib.util.spec_from_file_location("ptb_ablations_table", REPO / "benchmarks" / "ptb_ablations_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/ptb_ablations_table.py")
 
 
 def write_records(path, records):

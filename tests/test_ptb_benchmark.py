@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import load_script
 
 from elmo.training.checkpoint import checkpoint_path
-
-
-def load_benchmark():
-    spec = importlib.util.spec_from_file_location("ptb_char_small", REPO / "benchmarks" / "ptb_char_small.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_a_stopped_epoch_is_not_logged_as_finished(tmp_path, monkeypatch):
@@ -25,7 +17,7 @@ def test_a_stopped_epoch_is_not_logged_as_finished(tmp_path, monkeypatch):
     for split in ("train", "valid", "test"):
         (data / f"ptb.{split}.txt").write_text(" the cat sat on the mat \n a dog ran <unk> \n" * 400)
     out = tmp_path / "run"
-    module = load_benchmark()
+    module = load_script("benchmarks/ptb_char_small.py")
 
     def stopped_train(settings):  # what a SIGTERM'd run leaves: a checkpoint short of max_steps
         path = checkpoint_path(settings.out, settings.max_steps - 3)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import load_script
 
 from elmo.tasks.contextuality import (
     Occurrence,
@@ -132,16 +133,12 @@ def test_sense_margins_reads_the_target_token_of_each_sentence(one_thread):
 def test_lab_examples_read_each_preset_word_in_its_own_sentences(one_thread):
     """scripts/sense_check.py --lab-examples: one line per preset word and layer; layer 0 gives the same
     vector in every sentence (distance 0), the LSTM layers do not."""
-    import importlib.util
-
     from elmo.embedder import Embedder
     from elmo.lab.examples import AMBIGUOUS
     from elmo.models import resolve_model
     from elmo.weights import load_bilm
 
-    spec = importlib.util.spec_from_file_location("sense_check", DATA.parents[1] / "scripts" / "sense_check.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("scripts/sense_check.py")
     torch.manual_seed(0)
     lines = script.lab_examples(Embedder(load_bilm(resolve_model("default").options_file, None)))
     rows = [line.split() for line in lines[1:]]

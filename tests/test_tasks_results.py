@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -12,17 +11,14 @@ import sys
 
 import pytest
 import torch
-from conftest import ALLENNLP, DATA, REPO, need
+from conftest import ALLENNLP, DATA, REPO, load_script, need
 
 pytest.importorskip("matplotlib", reason="the report's figures need the tasks extra (matplotlib)")
 pytest.importorskip("gensim", reason="the static baseline needs the tasks extra (gensim)")
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("run_results", REPO / "scripts" / "run_results.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/run_results.py")
 
 
 def test_skeleton_has_no_numbers_of_ours(tmp_path):
