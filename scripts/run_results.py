@@ -684,9 +684,7 @@ def ptb_plot(path: Path) -> None:
     ax.set_xlabel("epoch (dotted lines: learning rate halved)")
     ax.set_ylabel("word-level perplexity")
     ax.set_title("PTB, LSTM-Char-Small-sized biLM")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-    _save(fig, path)
+    _save(fig, path, legend_size=7)
 
 
 def plots(args, curve, probe_rows, weights) -> None:
@@ -708,8 +706,6 @@ def plots(args, curve, probe_rows, weights) -> None:
     ax.set_xlabel("fraction of CoNLL-2003 training sentences")
     ax.set_ylabel("test span F1")
     ax.set_title("NER: low-resource curve")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend()
     _save(fig, docs / "results_lowres.png")
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
@@ -721,8 +717,6 @@ def plots(args, curve, probe_rows, weights) -> None:
     ax.set_xlabel("biLM layer (0 = token layer)")
     ax.set_ylabel("test score")
     ax.set_title("What one layer knows")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend()
     _save(fig, docs / "results_probes.png")
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
@@ -733,14 +727,15 @@ def plots(args, curve, probe_rows, weights) -> None:
     ax.set_ylabel("softmax weight s_j")
     ax.set_ylim(0, max([0.6] + [1.3 * v for w in weights.values() for v in w]))
     ax.set_title("Learned layer weights")
-    if weights:
-        ax.legend(fontsize="small")
-    _save(fig, docs / "results_layer_weights.png")
+    _save(fig, docs / "results_layer_weights.png", legend_size="small")
 
 
-def _save(fig, path: Path) -> None:
+def _save(fig, path: Path, legend_size=None) -> None:
+    """The legend, or "no runs yet" on an empty plot; written under a temporary name, then renamed."""
     ax = fig.axes[0]
-    if not ax.get_legend_handles_labels()[0]:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=legend_size)
+    else:
         ax.text(0.5, 0.5, "no runs yet", transform=ax.transAxes, ha="center", va="center", color="grey")
     tmp = path.with_name("." + path.name + ".tmp.png")
     fig.tight_layout()
