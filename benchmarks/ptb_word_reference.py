@@ -12,6 +12,14 @@ swap in one of our parts at a time (`--elmo-lstm`, `--char-cnn` and its variants
 has the table, which showed the 525 -> 300 projection after the highway layer stalling training.
 
     python benchmarks/ptb_word_reference.py --epochs 1 --threads 1
+
+Kim's schedule is complete here: the lr halves after an epoch that improves validation perplexity by
+less than 1, and after the last epoch the test set is scored, so 25 epochs give the number to hold
+against Kim et al.'s LSTM-Word-Small (test 97.6): a check of the recipe and the evaluation protocol
+apart from the character model. With `--out DIR` the model and schedule are saved after every epoch
+and the same command continues from there:
+
+    python benchmarks/ptb_word_reference.py --epochs 25 --threads 2 --out ../runs/ptb-word-25
 """
 
 from __future__ import annotations
@@ -162,6 +170,7 @@ def main() -> None:
                    help="with --char-cnn and SGD: the character encoder's learning rate, as a fraction of --lr")
     p.add_argument("--clip-separately", action="store_true",
                    help="with --char-cnn: clip the character encoder's gradient and the rest's at 5 each, not jointly")
+    p.add_argument("--out", type=Path, help="save after every epoch to OUT/state.pt; rerunning the command continues")
     p.add_argument("--shuffle-sentences", action="store_true",
                    help="shuffle the training sentences each epoch before cutting the streams (as our biLM's batching)")
     args = p.parse_args()
@@ -184,7 +193,18 @@ def main() -> None:
         optimizer = torch.optim.Adagrad(model.parameters(), lr=args.lr or 0.2, initial_accumulator_value=1.0)
     groups = [chars, rest]
     train_ids = read_ids(data / "ptb.train.txt", vocab)
-    for epoch in range(1, args.epochs + 1):
+    schedule = {"epoch": 0, "best": math.inf}
+    saved = args.out / "state.pt" if args.out else None
+    if saved and saved.exists():
+        state = torch.load(saved, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"])
+        if shuffle is not None:
+            shuffle.set_state(state["shuffle"])
+        schedule = state["schedule"]
+        print(f"continuing after epoch {schedule['epoch']} from {saved}", flush=True)
+    for epoch in range(schedule["epoch"] + 1, args.epochs + 1):
         if shuffle is not None:
             train_ids = read_ids(data / "ptb.train.txt", vocab, shuffle)
         streams = train_ids[: len(train_ids) // rows * rows].view(rows, -1)
@@ -214,7 +234,22 @@ def main() -> None:
                 print(f"epoch {epoch} step {step + 1}: train ppl {math.exp(total / 50):.1f}, "
                       f"mean gradient norm {norms / 50:.2f}", flush=True)
                 total = norms = 0.0
-        print(f"epoch {epoch}: valid ppl {valid_perplexity(model, valid_ids, unroll):.1f}", flush=True)
+        valid = valid_perplexity(model, valid_ids, unroll)
+        print(f"epoch {epoch}: valid ppl {valid:.1f}", flush=True)
+        if args.optimizer == "sgd" and valid > schedule["best"] - 1.0:  # Kim's rule: halve on a gain under 1
+            for group in optimizer.param_groups:
+                group["lr"] /= 2
+            print(f"lr {optimizer.param_groups[0]['lr']:g} from epoch {epoch + 1}", flush=True)
+        schedule = {"epoch": epoch, "best": min(schedule["best"], valid)}
+        if saved:
+            saved.parent.mkdir(parents=True, exist_ok=True)
+            tmp = saved.with_name(".state.pt.tmp")
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
+                        "shuffle": shuffle.get_state() if shuffle is not None else None, "schedule": schedule}, tmp)
+            tmp.replace(saved)
+    if schedule["epoch"] == args.epochs:
+        test = valid_perplexity(model, read_ids(data / "ptb.test.txt", vocab), unroll)
+        print(f"test ppl after epoch {args.epochs}: {test:.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -34,3 +34,28 @@ def test_a_stopped_epoch_is_not_logged_as_finished(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match=r"stopped at step 7, before the end of epoch 1 \(step 10\); rerun"):
         module.main()
     assert not (out / "benchmark.jsonl").exists()
+
+
+def test_word_reference_resumes_exactly_and_scores_the_test_set_at_the_end(tmp_path, monkeypatch, capsys):
+    """benchmarks/ptb_word_reference.py --out: 2 epochs then a third gives what 3 in one go give."""
+    data = tmp_path / "ptb"
+    data.mkdir()
+    words = "the cat sat on a mat <unk> dog ran far and we saw it".split()
+    lines = [" ".join(words[(i * 7 + j) % len(words)] for j in range(8)) for i in range(300)]
+    for split, part in (("train", lines), ("valid", lines[:40]), ("test", lines[40:80])):
+        (data / f"ptb.{split}.txt").write_text("\n".join(part) + "\n")
+    module = load_script("benchmarks/ptb_word_reference.py")
+
+    def run(*flags):
+        monkeypatch.setattr(sys, "argv", ["ptb_word_reference.py", "--data", str(data), *flags])
+        module.main()
+        return [line for line in capsys.readouterr().out.splitlines() if "step" not in line]
+
+    straight = run("--epochs", "3")
+    first = run("--epochs", "2", "--out", str(tmp_path / "run"))
+    resumed = run("--epochs", "3", "--out", str(tmp_path / "run"))
+    assert resumed[0] == "continuing after epoch 2 from " + str(tmp_path / "run" / "state.pt")
+    epochs = [[line for line in out if line.startswith(("epoch ", "lr "))] for out in (straight, first, resumed)]
+    assert epochs[1] + epochs[2] == epochs[0] and any(line.startswith("lr ") for line in epochs[0])  # it halved
+    assert first[-1].startswith("test ppl after epoch 2: ")  # each invocation's last epoch scores the test set
+    assert resumed[-1] == straight[-1] and straight[-1].startswith("test ppl after epoch 3: ")
