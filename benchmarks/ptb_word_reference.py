@@ -33,6 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from elmo.fileio import atomic_path
+
 SHARED = Path(os.environ.get("ELMO_SHARED", Path(__file__).resolve().parents[1].parent / "shared"))
 DATA = SHARED / "data" / "ptb_mikolov"
 
@@ -243,10 +245,9 @@ def main() -> None:
         schedule = {"epoch": epoch, "best": min(schedule["best"], valid)}
         if saved:
             saved.parent.mkdir(parents=True, exist_ok=True)
-            tmp = saved.with_name(".state.pt.tmp")
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
-                        "shuffle": shuffle.get_state() if shuffle is not None else None, "schedule": schedule}, tmp)
-            tmp.replace(saved)
+            with atomic_path(saved) as tmp:
+                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
+                            "shuffle": shuffle.get_state() if shuffle is not None else None, "schedule": schedule}, tmp)
     if schedule["epoch"] == args.epochs:
         test = valid_perplexity(model, read_ids(data / "ptb.test.txt", vocab), unroll)
         print(f"test ppl after epoch {args.epochs}: {test:.1f}", flush=True)
