@@ -36,13 +36,16 @@ from pathlib import Path
 import torch
 
 from elmo.bilm import BiLM
+from elmo.chars import PAD_CHAR
 from elmo.cli import main as elmo
 from elmo.options import BiLMConfig
 from elmo.training.checkpoint import latest_checkpoint, list_checkpoints
 from elmo.training.data import count_targets
 from elmo.training.export import load_run
 from elmo.training.perplexity import perplexity
+from elmo.training.softmax import Softmax, save_softmax
 from elmo.training.trainer import TrainSettings, train
+from elmo.training.vocab import Vocab
 from elmo.weights import save_bilm
 
 SHARED = Path(os.environ.get("ELMO_SHARED", Path(__file__).resolve().parents[1].parent / "shared"))
@@ -67,15 +70,36 @@ def kim_small(projection_dim: int = 525) -> dict:
     }
 
 
-def write_initial_model(model_dir: Path, seed: int) -> None:
-    """A fresh 525-wide biLM whose LSTM projections are [I 0]: each layer's 300 cell outputs, padded with zeros."""
+def write_initial_model(model_dir: Path, seed: int, init: str = "bilm-tf", vocab: Path | None = None) -> None:
+    """A fresh 525-wide biLM whose LSTM projections are [I 0]: each layer's 300 cell outputs, padded with zeros.
+
+    `init="kim"`: Kim et al.'s initialisation instead of bilm-tf's (`main.lua`: every weight
+    U(-0.05, 0.05), the highway's -2 a constant on its gate): the character vectors too (bilm-tf:
+    U(-1, 1)), the padding character's starting at zero (Kim's stays zero; here it then trains),
+    the LSTM's forget bias without TensorFlow's built-in +1, and a softmax (written beside the
+    weights, with `vocab`'s size) drawn the same way (bilm-tf: normal, std 1/sqrt(525)).
+    """
     torch.manual_seed(seed)
     bilm = BiLM(BiLMConfig.from_options(kim_small(525)))
+    model_dir.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
+        if init == "kim":
+            for param in bilm.parameters():
+                param.uniform_(-0.05, 0.05)
+            encoder = bilm.char_encoder
+            for bias in encoder.highway_carry_b:
+                bias.fill_(-2.0)
+            encoder.char_embed[PAD_CHAR].zero_()
         for stack in (bilm.forward_lstm, bilm.backward_lstm):
             for layer in stack.layers:
                 layer.W_P_0.copy_(torch.eye(*layer.W_P_0.shape))
-    model_dir.mkdir(parents=True, exist_ok=True)
+                if init == "kim":
+                    layer.B[2 * layer.cell_dim : 3 * layer.cell_dim] -= 1.0  # gates i, j, f, o; the +1 is TF's
+        if init == "kim":
+            softmax = Softmax(len(Vocab.load(vocab)), 525)
+            for param in softmax.parameters():
+                param.uniform_(-0.05, 0.05)
+            save_softmax(softmax, model_dir / "softmax.hdf5")
     save_bilm(bilm, model_dir / "options.json", model_dir / "weights.hdf5")
 
 
@@ -112,6 +136,9 @@ def main() -> None:
                    "after 4 epochs)")
     p.add_argument("--objective", default="mean", choices=["mean", "sum", "forward"],
                    help="mean (bilm-tf's, the 25-epoch run) or sum of the direction losses, or the forward LM alone")
+    p.add_argument("--init", default="bilm-tf", choices=["bilm-tf", "kim"],
+                   help="bilm-tf's initialisation (the 25-epoch runs) or Kim et al.'s: every weight U(-0.05, 0.05) "
+                   "(write_initial_model; only with --projection-dim 525)")
     args = p.parse_args()
     data, out = Path(args.data), Path(args.out)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -121,14 +148,18 @@ def main() -> None:
     if not vocab.exists():
         elmo(["vocab", str(data / "ptb.train.txt"), "-o", str(vocab)])
     records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    if records and records[-1].get("init", "bilm-tf") != args.init:
+        raise SystemExit(f"{log}: this run started with --init {records[-1].get('init', 'bilm-tf')}, not {args.init}")
     lr = records[-1]["next_lr"] if records else args.lr
     best = min((r["valid"]["forward"] for r in records), default=float("inf"))
     if args.projection_dim == 525:
         initial = out / "initial-model"
         if not (initial / "weights.hdf5").exists():
-            write_initial_model(initial, args.seed)
+            write_initial_model(initial, args.seed, args.init, vocab)
         architecture = {"init_from": str(initial), "freeze": [FIXED_PROJECTIONS]}
     else:
+        if args.init != "bilm-tf":
+            raise SystemExit("--init kim needs --projection-dim 525 (the model is written before training)")
         architecture = {"options": kim_small(300)}
     per_epoch = args.steps_per_epoch or count_targets([str(data / "ptb.train.txt")]) // (20 * 35)
     started = time.time() - (records[-1]["wall_s"] if records else 0.0)
@@ -146,7 +177,7 @@ def main() -> None:
         valid = score(out, data / "ptb.valid.txt", args.eval_lines, device)
         next_lr = lr / 2 if valid["forward"] > best - 1.0 else lr
         best = min(best, valid["forward"])
-        record = {"epoch": epoch, "step": epoch * per_epoch, "lr": lr, "clip": args.clip, "projection_dim": args.projection_dim, "batching": args.batching, "objective": args.objective, "next_lr": next_lr, "valid": valid,
+        record = {"epoch": epoch, "step": epoch * per_epoch, "lr": lr, "clip": args.clip, "projection_dim": args.projection_dim, "batching": args.batching, "objective": args.objective, "init": args.init, "next_lr": next_lr, "valid": valid,
                   "wall_s": round(time.time() - started, 1), "device": device}
         if epoch == args.epochs:
             record["test"] = score(out, data / "ptb.test.txt", args.eval_lines, device)
