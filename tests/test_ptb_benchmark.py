@@ -59,3 +59,34 @@ def test_word_reference_resumes_exactly_and_scores_the_test_set_at_the_end(tmp_p
     assert epochs[1] + epochs[2] == epochs[0] and any(line.startswith("lr ") for line in epochs[0])  # it halved
     assert first[-1].startswith("test ppl after epoch 2: ")  # each invocation's last epoch scores the test set
     assert resumed[-1] == straight[-1] and straight[-1].startswith("test ppl after epoch 3: ")
+
+
+def test_kims_initialisation_is_what_the_run_starts_from(tmp_path):
+    """`--init kim`: every weight U(-0.05, 0.05) but the fixed ones, as Kim et al.'s main.lua draws them."""
+    import torch
+
+    from elmo.chars import PAD_CHAR
+    from elmo.training.softmax import load_softmax
+    from elmo.weights import load_bilm
+
+    module = load_script("benchmarks/ptb_char_small.py")
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("<S>\n</S>\n<UNK>\nthe\ncat\n")
+    module.write_initial_model(tmp_path / "kim", seed=1, init="kim", vocab=vocab)
+    module.write_initial_model(tmp_path / "tf", seed=1)
+    kim = load_bilm(tmp_path / "kim" / "options.json", tmp_path / "kim" / "weights.hdf5")
+    tf = load_bilm(tmp_path / "tf" / "options.json", tmp_path / "tf" / "weights.hdf5")
+    assert tf.char_encoder.char_embed.abs().max() > 0.9  # bilm-tf's U(-1, 1)
+    assert not (tmp_path / "tf" / "softmax.hdf5").exists()
+    encoder = kim.char_encoder
+    assert encoder.char_embed.abs().max() <= 0.05 and encoder.char_embed.abs().max() > 0.04
+    assert (encoder.char_embed[PAD_CHAR] == 0).all()
+    assert all((b == -2).all() for b in encoder.highway_carry_b)
+    for layer in [*kim.forward_lstm.layers, *kim.backward_lstm.layers]:
+        assert torch.equal(layer.W_P_0, torch.eye(300, 525))
+        forget = slice(600, 900)  # gates i, j, f, o; the LSTM adds TensorFlow's +1 to f
+        assert ((layer.B[forget] + 1).abs() <= 0.05).all()
+        assert (torch.cat([layer.B[:600], layer.B[900:]]).abs() <= 0.05).all()
+        assert layer.W_0.abs().max() <= 0.05
+    softmax = load_softmax(tmp_path / "kim" / "softmax.hdf5", 5, 525)
+    assert all(p.abs().max() <= 0.05 for p in softmax.parameters())
