@@ -118,6 +118,11 @@ def test_objective_sum_doubles_the_step_and_forward_leaves_the_backward_lstm(tmp
         elif name.startswith("bilm.forward_lstm."):
             torch.testing.assert_close(moved["forward"][name], moved["sum"][name], rtol=1e-4, atol=1e-6)
     assert json.loads((tmp_path / "forward" / "run.json").read_text())["objective"] == "forward"
+    for objective in ("mean", "forward"):  # the logged loss is the trained one's
+        record = json.loads((tmp_path / objective / "metrics.jsonl").read_text().splitlines()[-1])
+        trained = record["loss_forward"] if objective == "forward" else (record["loss_forward"] + record["loss_backward"]) / 2
+        assert record["loss"] == pytest.approx(trained) and record["ppl"] == pytest.approx(math.exp(trained))
+        assert record["loss_forward"] != pytest.approx(record["loss_backward"])
 
 
 def test_unsorted_vocab_is_refused_for_the_sampled_softmax(tmp_path, fixture_corpus):

@@ -215,7 +215,8 @@ def train_step(trained, batch, states, streaming: bool, unroll: int, params: lis
 class _Progress:
     """Loss and token counts since the last log record; the metrics file and the progress bar."""
 
-    def __init__(self, out: Path, rank: int, show: bool, max_steps: int, step: int):
+    def __init__(self, out: Path, rank: int, show: bool, max_steps: int, step: int, objective: str = "mean"):
+        self.objective = objective
         self.log = open(out / METRICS_FILE, "a", encoding="utf-8") if rank == 0 else None  # noqa: SIM115 (closed by close())
         self.bar = None
         if rank == 0 and show:
@@ -236,7 +237,7 @@ class _Progress:
 
     def write(self, step: int, tokens: int, elapsed: float, norm: float, lr: float) -> None:
         now = time.time()
-        record = _record(step, tokens, self.window, now - self.last, elapsed, norm, lr)
+        record = _record(step, tokens, self.window, now - self.last, elapsed, norm, lr, self.objective)
         self._reset()
         self.last, self.summary = now, record
         if self.log is not None:
@@ -310,7 +311,7 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if s.bf16 else contextlib.nullcontext()
     start = last_save = time.time()
     with contextlib.ExitStack() as cleanup:
-        progress = _Progress(out, rank, s.progress, max_steps, step)
+        progress = _Progress(out, rank, s.progress, max_steps, step, run.get("objective", "mean"))
         cleanup.callback(progress.close)
         cleanup.callback(batcher.close)
         signals = cleanup.enter_context(_signal_requests())
@@ -390,9 +391,11 @@ def _restore(checkpoint: dict, model, optimizer, batcher, generator, device, ran
     return checkpoint["step"], checkpoint["tokens"], _states_to(mine["lstm"], device), checkpoint["elapsed"]
 
 
-def _record(step, tokens, window, seconds, elapsed, norm, lr) -> dict:
+def _record(step, tokens, window, seconds, elapsed, norm, lr, objective: str = "mean") -> dict:
+    """`loss` and `ppl`: per direction trained, so `forward`'s are the forward LM's, not a mean with an untrained one."""
     loss_f, loss_b = window["loss_f"] / window["steps"], window["loss_b"] / window["steps"]
-    loss = 0.5 * (loss_f + loss_b)
+    w_f, w_b = OBJECTIVES[objective]
+    loss = (w_f * loss_f + w_b * loss_b) / (w_f + w_b)
     return {"step": step, "tokens": tokens, "loss": loss, "loss_forward": loss_f, "loss_backward": loss_b,
             "ppl": math.exp(min(loss, 700.0)), "tok_s": window["tokens"] / max(seconds, 1e-9), "grad_norm": norm,
             "lr": lr, "elapsed_s": round(elapsed, 3)}
