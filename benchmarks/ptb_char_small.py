@@ -36,12 +36,12 @@ from pathlib import Path
 import torch
 
 from elmo.bilm import BiLM
-from elmo.chars import PAD_CHAR
 from elmo.cli import main as elmo
 from elmo.options import BiLMConfig
 from elmo.training.checkpoint import latest_checkpoint, list_checkpoints
 from elmo.training.data import count_targets
 from elmo.training.export import load_run
+from elmo.training.model import kim_initialise_
 from elmo.training.perplexity import perplexity
 from elmo.training.softmax import Softmax, save_softmax
 from elmo.training.trainer import TrainSettings, train
@@ -82,24 +82,16 @@ def write_initial_model(model_dir: Path, seed: int, init: str = "bilm-tf", vocab
     torch.manual_seed(seed)
     bilm = BiLM(BiLMConfig.from_options(kim_small(525)))
     model_dir.mkdir(parents=True, exist_ok=True)
+    if init == "kim":
+        kim_initialise_(bilm)
     with torch.no_grad():
-        if init == "kim":
-            for param in bilm.parameters():
-                param.uniform_(-0.05, 0.05)
-            encoder = bilm.char_encoder
-            for bias in encoder.highway_carry_b:
-                bias.fill_(-2.0)
-            encoder.char_embed[PAD_CHAR].zero_()
         for stack in (bilm.forward_lstm, bilm.backward_lstm):
             for layer in stack.layers:
                 layer.W_P_0.copy_(torch.eye(*layer.W_P_0.shape))
-                if init == "kim":
-                    layer.B[2 * layer.cell_dim : 3 * layer.cell_dim] -= 1.0  # gates i, j, f, o; the +1 is TF's
-        if init == "kim":
-            softmax = Softmax(len(Vocab.load(vocab)), 525)
-            for param in softmax.parameters():
-                param.uniform_(-0.05, 0.05)
-            save_softmax(softmax, model_dir / "softmax.hdf5")
+    if init == "kim":
+        softmax = Softmax(len(Vocab.load(vocab)), 525)
+        kim_initialise_(softmax)
+        save_softmax(softmax, model_dir / "softmax.hdf5")
     save_bilm(bilm, model_dir / "options.json", model_dir / "weights.hdf5")
 
 

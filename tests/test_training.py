@@ -13,6 +13,8 @@ import torch
 from conftest import BILM_TF, need
 
 from elmo.cli import main as cli_main
+from elmo.bilm import BiLM
+from elmo.chars import PAD_CHAR
 from elmo.devices import cpu_has_bf16
 from elmo.errors import InputError, ModelFileError
 from elmo.options import BiLMConfig
@@ -27,7 +29,7 @@ from elmo.training.data import (
     expand_corpus,
     read_sentences,
 )
-from elmo.training.model import LanguageModel
+from elmo.training.model import LanguageModel, kim_initialise_
 from elmo.training.presets import preset_options
 from elmo.training.softmax import LogUniformSampler, Sample, Softmax, softmax_nll
 from elmo.training.trainer import TrainSettings, train
@@ -123,6 +125,36 @@ def test_objective_sum_doubles_the_step_and_forward_leaves_the_backward_lstm(tmp
         trained = record["loss_forward"] if objective == "forward" else (record["loss_forward"] + record["loss_backward"]) / 2
         assert record["loss"] == pytest.approx(trained) and record["ppl"] == pytest.approx(math.exp(trained))
         assert record["loss_forward"] != pytest.approx(record["loss_backward"])
+
+
+def test_weight_init_kim_starts_from_kims_draw_and_stays_with_the_run(tmp_path, fixture_corpus):
+    """`--weight-init kim`: every trained weight U(-0.05, 0.05) but Kim's constants; kept on resume."""
+    data, vocab = fixture_corpus
+    out = tmp_path / "kim"
+    train(settings(tmp_path, data, vocab, out=str(out), weight_init="kim", optimizer="sgd", lr=1e-30, max_steps=1))
+    weights = load_checkpoint(list_checkpoints(out)[-1][1])["model"]
+    cell = MICRO["lstm"]["dim"]
+    for name, value in weights.items():
+        if "highway_carry_b" in name:
+            assert (value == -2).all(), name
+        elif name.endswith("_lstm.layers.0.B") or name.endswith("_lstm.layers.1.B"):
+            forget = value[2 * cell : 3 * cell]  # gates i, j, f, o; the LSTM adds TensorFlow's +1 to f
+            assert ((forget + 1).abs() <= 0.05).all() and (torch.cat([value[: 2 * cell], value[3 * cell :]]).abs() <= 0.05).all()
+        else:
+            assert value.abs().max() <= 0.05, name
+    assert weights["bilm.char_encoder.char_embed"][PAD_CHAR].abs().max() < 1e-30  # zero, then one step at lr 1e-30
+    assert weights["softmax.W"].abs().max() > 0.04  # drawn, not left at zero
+    bilm_tf = tmp_path / "bilm-tf"
+    train(settings(tmp_path, data, vocab, out=str(bilm_tf), optimizer="sgd", lr=1e-30, max_steps=1))
+    assert load_checkpoint(list_checkpoints(bilm_tf)[-1][1])["model"]["bilm.char_encoder.char_embed"].abs().max() > 0.9
+    assert json.loads((out / "run.json").read_text())["weight_init"] == "kim"
+    with pytest.raises(InputError, match=r"--weight-init bilm-tf: the run in .* was started with kim"):
+        train(settings(tmp_path, data, vocab, out=str(out), weight_init="bilm-tf", resume=True, max_steps=2))
+    with pytest.raises(InputError, match="--init-from starts from that model's weights; drop --weight-init"):
+        train(settings(tmp_path, data, vocab, out=str(tmp_path / "both"), options=None, init_from=str(BILM_TF),
+                       weight_init="kim"))
+    with pytest.raises(ValueError, match="training table of 261 byte codes, found 262 rows"):
+        kim_initialise_(BiLM(BiLMConfig.from_options(MICRO), char_rows=262))
 
 
 def test_unsorted_vocab_is_refused_for_the_sampled_softmax(tmp_path, fixture_corpus):

@@ -29,7 +29,10 @@ OPTION_KEYS = {
 LR_DEFAULTS = {"adagrad": 0.2, "adam": 0.001, "sgd": 1.0}
 # kept in run.json; `freeze`: glob patterns of parameter names that training leaves as they are
 RUN_KEYS = {"optimizer": "adagrad", "batching": "sentence", "seed": 0, "first_layer_dropout": True, "freeze": [],
-            "objective": "mean"}
+            "objective": "mean", "weight_init": "bilm-tf"}
+# How a fresh run's weights are drawn: bilm-tf's (glorot LSTMs, normal highway and softmax, U(-1, 1)
+# characters) or Kim et al.'s U(-0.05, 0.05) everywhere (training.model.kim_initialise_).
+WEIGHT_INITS = ("bilm-tf", "kim")
 # What the update differentiates: bilm-tf's mean of the two directions' losses, their sum (each LSTM
 # then gets the step a one-direction LM would), or the forward LM's alone (the backward LSTM stays as
 # initialised): the last two are for comparisons with one-direction LMs (benchmarks/ptb_char_small.py).
@@ -60,6 +63,7 @@ class TrainSettings:
     negatives: int | None = None
     batching: str | None = None
     objective: str | None = None
+    weight_init: str | None = None
     seed: int | None = None
     max_steps: int | None = None
     max_minutes: float | None = None  # this invocation only; not stored with the run
@@ -91,6 +95,7 @@ def validate(options: dict, run: dict) -> None:
            f"--negatives must be a positive integer, found {options['n_negative_samples_batch']!r}")
     check(run["optimizer"] in LR_DEFAULTS, f"--optimizer must be one of {', '.join(LR_DEFAULTS)}, found {run['optimizer']!r}")
     check(run["objective"] in OBJECTIVES, f"--objective must be one of {', '.join(OBJECTIVES)}, found {run['objective']!r}")
+    check(run["weight_init"] in WEIGHT_INITS, f"--weight-init must be one of {', '.join(WEIGHT_INITS)}, found {run['weight_init']!r}")
     check(run["batching"] in BATCHINGS, f"--batching must be one of {', '.join(BATCHINGS)}, found {run['batching']!r}")
 
 
@@ -99,6 +104,7 @@ def fresh_run(s: TrainSettings) -> tuple[dict, dict, Vocab]:
     check(bool(s.train), "--train is required (a file or glob of tokenized text, one sentence per line)")
     check(s.vocab is not None, "--vocab is required (make one with `elmo vocab`)")
     if s.init_from is not None:
+        check(s.weight_init is None, "--init-from starts from that model's weights; drop --weight-init")
         check(s.options is None, "--init-from takes the architecture from MODEL_DIR/options.json; drop --options/--preset")
         options = read_options(ModelFiles.from_dir(s.init_from).options_file).to_options()
     else:

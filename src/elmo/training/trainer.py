@@ -36,7 +36,7 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .data import expand_corpus, head_counts, make_batcher
-from .model import LanguageModel, detach_states
+from .model import LanguageModel, detach_states, kim_initialise_
 from .settings import (
     CONTROL_DEFAULTS,
     METRICS_FILE,
@@ -55,7 +55,8 @@ __all__ = ["TrainSettings", "train"]
 
 
 def _build_model(options: dict, vocab: Vocab, run: dict, rank: int, init: bool = True) -> tuple[LanguageModel, torch.Generator]:
-    """The LM with fresh weights, or `--init-from`'s when `init` (a resumed run loads its checkpoint instead)."""
+    """The LM with fresh weights (bilm-tf's or Kim et al.'s draw), or `--init-from`'s, when `init`
+    (a resumed run loads its checkpoint instead)."""
     config = BiLMConfig.from_options(options)
     generator = torch.Generator().manual_seed(run["seed"] * 7919 + 17 + rank)
     sampler = None
@@ -63,6 +64,8 @@ def _build_model(options: dict, vocab: Vocab, run: dict, rank: int, init: bool =
         sampler = LogUniformSampler(len(vocab), options["n_negative_samples_batch"], generator)
     model = LanguageModel(config, len(vocab), dropout=options["dropout"], sampler=sampler,
                           first_layer_dropout=run.get("first_layer_dropout", True))
+    if init and run.get("weight_init") == "kim":
+        kim_initialise_(model)
     if init and run.get("init_from"):
         files = ModelFiles.from_dir(run["init_from"])
         state = load_bilm(files.options_file, files.weight_file).state_dict()
