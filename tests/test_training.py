@@ -12,9 +12,9 @@ import pytest
 import torch
 from conftest import BILM_TF, need
 
-from elmo.cli import main as cli_main
 from elmo.bilm import BiLM
 from elmo.chars import PAD_CHAR
+from elmo.cli import main as cli_main
 from elmo.devices import cpu_has_bf16
 from elmo.errors import InputError, ModelFileError
 from elmo.options import BiLMConfig
