@@ -163,7 +163,8 @@ def test_ptb_section_reports_the_test_set_once_the_run_is_finished(tmp_path, mon
     text = "\n".join(script.ptb_section())
     run1, run2 = (line for line in text.splitlines() if line.startswith("**Run "))
     assert "Not finished**: 2 of 3 epochs after 2.0 h on cpu" in run1
-    assert "forward **95.0**, backward **93.0**, average 94.0 (82,430 tokens); target missed. Wall time 3.0 h" in run2
+    assert ("forward **95.0**, backward **93.0**, average 94.0 (82,430 tokens); target missed. "
+            "Final validation 120.0 / 118.0. Wall time 3.0 h") in run2
     assert "| 3 |  |  | 1 | 120.0 / 118.0 |" in text and "cmd-ordered" in text and "cmd-stream" in text
 
     records = write(current, 3, test_at=3)
@@ -175,6 +176,11 @@ def test_ptb_section_reports_the_test_set_once_the_run_is_finished(tmp_path, mon
     records[1]["device"] = records[2]["device"] = "cuda"  # resumed on a GPU after epoch 1
     current.write_text("".join(json.dumps(r) + "\n" for r in records))
     assert "Wall time 3.0 h on cpu (epoch 1), cuda (epochs 2-3)." in "\n".join(script.ptb_section())
+
+    records[-1]["valid_zero_state"] = {"forward": 140.04, "backward": 135.0, "average": 137.5, "tokens": 73760}
+    current.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert "Final validation 120.0 / 118.0 (every sentence from zero state: 140.0 / 135.0)." in "\n".join(
+        script.ptb_section())
 
 
 def _write_grid_scores(out, ner_static, ner_elmo, wsd_layers, first_sense):
