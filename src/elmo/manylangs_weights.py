@@ -15,7 +15,6 @@ Their names and layouts, and the exact translation (see docs/manylangs.md):
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 
 import torch
@@ -23,18 +22,14 @@ import torch
 from .bilm import BiLM, CharEncoder, LstmLayer
 from .errors import ModelFileError
 from .manylangs import CHAR_DIC, ENCODER_PKL, TOKEN_EMBEDDER_PKL, WORD_DIC
+from .torch_files import load_torch_file
 
 Shapes = dict[str, tuple[int, ...]]
 
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """A torch-saved state_dict, loaded with weights_only=True (tensors only: no code runs on load)."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise ModelFileError(f"{path}: missing") from None
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as e:
-        raise ModelFileError(f"{path}: not a torch state_dict that loads without running code ({e})") from None
+    state = load_torch_file(path, "a torch state_dict of ELMoForManyLangs (names -> tensors)")
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ModelFileError(f"{path}: expected a state_dict (names -> tensors), found {type(state).__name__}")
     return state

@@ -17,9 +17,9 @@ import torch
 from ..errors import InputError, ModelFileError
 from .data import make_batch
 from .features import ElmoSpec, bilm_token
-from .layers import ModelConfig
+from .model_file import read_task_model
 from .readers import Example
-from .train import CHECKPOINT_FORMAT, build_model
+from .train import build_model
 
 
 class TaskModel:
@@ -27,19 +27,10 @@ class TaskModel:
 
     def __init__(self, path: str | os.PathLike, elmo: ElmoSpec | None = None, device: str = "cpu"):
         path = os.fspath(path)
-        if not os.path.isfile(path):
-            raise InputError(f"{path}: task model not found")
-        try:
-            state = torch.load(path, map_location=device, weights_only=False)
-        except Exception as e:  # torch raises several types for a file that is not a checkpoint
-            raise ModelFileError(f"{path}: not a task model checkpoint ({type(e).__name__}: {e})") from None
-        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-            raise ModelFileError(f"{path}: expected a checkpoint of format {CHECKPOINT_FORMAT}, "
-                                 f"found {state.get('format') if isinstance(state, dict) else type(state).__name__}")
+        state = read_task_model(path)
         self.path, self.task, self.device = path, state["task"], device
-        self.config = ModelConfig(**state["config"])
-        self.model = build_model(self.config)
-        self.model.load_state_dict(state["state_dict"])
+        self.config = state["config"]
+        self.model = _build_checked(path, self.config, state["state_dict"])
         self.model.to(device).eval()
         self.vocab = {w: i for i, w in enumerate(state["vocab"])}
         self.labels = {n: i for i, n in enumerate(self.config.labels)}
@@ -115,6 +106,25 @@ class TaskModel:
         if isinstance(tokens, str):
             raise InputError("predict() takes a list of tokens, not a string (split it first)")
         return self.predict_batch([tokens])[0]
+
+
+def _build_checked(path: str, config, state_dict: dict) -> torch.nn.Module:
+    """The model the config describes, its weights from the file: shapes compared on the meta device
+    first, so a config whose sizes do not match the file's tensors allocates nothing."""
+    with torch.device("meta"):
+        try:
+            shapes = {k: tuple(v.shape) for k, v in build_model(config).state_dict().items()}
+        except (ValueError, RuntimeError) as e:
+            raise ModelFileError(f"{path}: its 'config' describes no model ({e})") from None
+    found = {k: tuple(v.shape) for k, v in state_dict.items()}
+    if shapes != found:
+        diff = sorted(set(shapes) ^ set(found)) or [k for k in shapes if shapes[k] != found[k]]
+        name = diff[0]
+        raise ModelFileError(f"{path}: 'state_dict' does not match its 'config': tensor {name!r} is "
+                             f"{found.get(name, 'missing')}, the config calls for {shapes.get(name, 'none')}")
+    model = build_model(config)
+    model.load_state_dict(state_dict)
+    return model
 
 
 def load_task_model(path: str | os.PathLike, elmo: ElmoSpec | None = None, device: str = "cpu") -> TaskModel:

@@ -15,12 +15,12 @@ from tqdm import tqdm
 
 from ..devices import move_tensors
 from ..errors import InputError
-from ..fileio import atomic_path
 from .classifier import SentenceClassifier
 from .data import TaskData
 from .features import ElmoSpec, build_cache
 from .layers import ModelConfig
 from .metrics import accuracy, span_f1, write_json
+from .model_file import task_model_state, write_task_model
 from .readers import Example, read_task_file
 from .tagger import Tagger
 
@@ -30,7 +30,6 @@ TASKS = {
     "pos": {"kind": "tagger", "crf": False, "metric": "accuracy"},
     "sst5": {"kind": "classifier", "crf": False, "metric": "accuracy"},
 }
-CHECKPOINT_FORMAT = "elmo-task-model/1"
 
 
 @dataclass
@@ -247,16 +246,7 @@ def _to(batch, device):
 
 def save_task_model(path: str, model, cfg: ModelConfig, vocab_words: list[str], opts: TrainOptions, metrics: dict) -> None:
     """Everything `load_task_model` needs, including the learned scalar-mix weights (presets for the lab)."""
-    state = {
-        "format": CHECKPOINT_FORMAT,
-        "task": opts.task,
-        "config": cfg.to_dict(),
-        "state_dict": model.state_dict(),
-        "vocab": vocab_words,
-        "elmo": asdict(opts.elmo) if opts.elmo else None,
-        "static": os.path.abspath(opts.static) if opts.static else None,
-        "scalar_mix": model.mixes(),
-        "metrics": {k: metrics[k] for k in ("dev", "test", "best_epoch", "seed", "train_fraction")},
-    }
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+    kept = {k: metrics[k] for k in ("dev", "test", "best_epoch", "seed", "train_fraction")}
+    state = task_model_state(opts.task, cfg, model.state_dict(), vocab_words, asdict(opts.elmo) if opts.elmo else None,
+                             os.path.abspath(opts.static) if opts.static else None, model.mixes(), kept)
+    write_task_model(path, state)

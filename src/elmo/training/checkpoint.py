@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import os
-import pickle
 import re
-import zipfile
 from pathlib import Path
 
 import torch
 
 from ..errors import ModelFileError
 from ..fileio import atomic_path
+from ..torch_files import check_plain, load_torch_file
 
 CHECKPOINT_DIR = "checkpoints"
 _NAME = re.compile(r"^ckpt-(\d+)\.pt$")
@@ -49,9 +48,9 @@ def save_checkpoint(state: dict, run_dir: str | os.PathLike, step: int, keep: in
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict:
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise ModelFileError(f"{path}: checkpoint not found") from None
-    except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
-        raise ModelFileError(f"{path}: not a readable training checkpoint ({type(e).__name__}: {e})") from None
+    """A training checkpoint, read with weights_only=True (no code runs), holding a dict of finite values."""
+    state = load_torch_file(path, "a training checkpoint (checkpoints/ckpt-*.pt of `elmo train`)")
+    if not isinstance(state, dict):
+        raise ModelFileError(f"{path}: expected a training checkpoint (a dict), found a {type(state).__name__}")
+    check_plain(state, path)
+    return state
