@@ -8,7 +8,7 @@ saved model reloads bit for bit. Doc sections 4.1-4.8 give the math this file fo
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -104,6 +104,7 @@ class CharEncoder(nn.Module):
             self.register_parameter("proj_w", None)
             self.register_parameter("proj_b", None)
         self.reset_parameters()
+        self.int8 = None  # set by elmo.int8.quantize_bilm: int8 highways and projection, inference only
 
     @property
     def _stored_zero_row(self) -> bool:
@@ -178,11 +179,15 @@ class CharEncoder(nn.Module):
 
     def highway(self, k: int, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Highway layer k: (new h, gate). The gate g lets the relu-transformed value through."""
+        if self.int8 is not None:
+            return self.int8.highway(k, h)
         gate = torch.sigmoid(torch.addmm(self.highway_carry_b[k], h, self.highway_carry_w[k]))
         transformed = torch.relu(torch.addmm(self.highway_transform_b[k], h, self.highway_transform_w[k]))
         return gate * transformed + (1.0 - gate) * h, gate
 
     def project(self, h: torch.Tensor) -> torch.Tensor:
+        if self.int8 is not None:
+            return self.int8.project(h)
         return torch.addmm(self.proj_b, h, self.proj_w) if self.proj_w is not None else h
 
     def forward(self, ids: torch.Tensor, chunk: int = 256) -> torch.Tensor:
@@ -234,6 +239,7 @@ class LstmLayer(nn.Module):
         else:
             self.register_parameter("W_P_0", None)
         self.reset_parameters()
+        self.int8 = None  # set by elmo.int8.quantize_bilm: an inference-only int8 copy of the products
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -266,6 +272,38 @@ class LstmLayer(nn.Module):
         else:  # one gather: a cat of per-step slices would, in backward, fill a zero (T, B, D) per step
             t_idx, b_idx = (torch.arange(batch, device=x.device) < torch.tensor(active, device=x.device).unsqueeze(1)).nonzero(as_tuple=True)
             packed = x.reshape(batch * steps, -1)[b_idx * steps + t_idx]
+        gates_of, project = self._products(packed, active, bias, x, state)
+        c, h = state
+        done_c, done_h = [], []  # final states of rows that ended, latest-ending first after the reversal below
+        outputs = []
+        for t, n in enumerate(active):
+            if n < c.shape[0]:  # rows n.. ended at the previous step
+                done_c.append(c[n:])
+                done_h.append(h[n:])
+                c, h = c[:n], h[:n]
+            i, j, f, o = gates_of(t, h)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
+            if self.cell_clip is not None:
+                c = c.clamp(-self.cell_clip, self.cell_clip)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            if self.W_P_0 is not None:
+                h = project(h)
+                if self.proj_clip is not None:
+                    h = h.clamp(-self.proj_clip, self.proj_clip)
+            outputs.append(h if n == batch else F.pad(h, (0, 0, 0, batch - n)))
+        while len(outputs) < steps:
+            outputs.append(x.new_zeros(batch, self.out_dim))
+        out = torch.stack(outputs, dim=1) if outputs else x.new_zeros(batch, 0, self.out_dim)
+        if done_c:
+            c, h = torch.cat([c, *done_c[::-1]]), torch.cat([h, *done_h[::-1]])
+        return out, (c.contiguous(), h.contiguous())
+
+    def _products(self, packed: torch.Tensor, active: list[int], bias: torch.Tensor, x: torch.Tensor,
+                  state: LstmState) -> tuple[Callable, Callable]:
+        """The input products of all steps, then two functions: step t's gates (i, j, f, o) from h,
+        and the projection of h. A layer converted by `elmo.int8` runs its own int8 forms."""
+        if self.int8 is not None:
+            return self.int8.products(packed, active, x, state, list(self.parameters()))
         w_x, w_h_rows = self.W_0[: self.input_dim], self.W_0[self.input_dim :]
         widest = active[0] if active else 0
         onednn_w_h = _onednn_packed(w_h_rows, widest, x, state, list(self.parameters()))
@@ -281,36 +319,20 @@ class LstmLayer(nn.Module):
         if torch.is_autocast_enabled(x.device.type):  # cast the transposed copies once, not once per step
             low = torch.get_autocast_dtype(x.device.type)
             w_h, w_p = (None if w is None else w.to(low) for w in (w_h, w_p))
-        c, h = state
-        done_c, done_h = [], []  # final states of rows that ended, latest-ending first after the reversal below
-        outputs = []
-        for t, n in enumerate(active):
-            if n < c.shape[0]:  # rows n.. ended at the previous step
-                done_c.append(c[n:])
-                done_h.append(h[n:])
-                c, h = c[:n], h[:n]
+
+        def gates_of(t: int, h: torch.Tensor) -> Sequence[torch.Tensor]:
+            n = h.shape[0]
             if n <= RECURRENT_ROW_MAJOR_MAX_ROWS:
-                gates = torch.addmm(pre_steps[t], h, w_h_rows).chunk(4, dim=1)
-            elif onednn_w_h is not None:
-                gates = onednn_linear(h.contiguous(), onednn_w_h).add_(pre_steps[t]).chunk(4, dim=1)
-            else:  # split (4H, n) into contiguous blocks, so backward joins them with plain copies
-                gates = [g.t() for g in torch.addmm(pre_steps[t].t(), w_h, h.t()).chunk(4, dim=0)]
-            i, j, f, o = gates
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
-            if self.cell_clip is not None:
-                c = c.clamp(-self.cell_clip, self.cell_clip)
-            h = torch.sigmoid(o) * torch.tanh(c)
-            if self.W_P_0 is not None:
-                h = (w_p @ h.t()).t() if n > PROJECTION_ROW_MAJOR_MAX_ROWS else h @ self.W_P_0
-                if self.proj_clip is not None:
-                    h = h.clamp(-self.proj_clip, self.proj_clip)
-            outputs.append(h if n == batch else F.pad(h, (0, 0, 0, batch - n)))
-        while len(outputs) < steps:
-            outputs.append(x.new_zeros(batch, self.out_dim))
-        out = torch.stack(outputs, dim=1) if outputs else x.new_zeros(batch, 0, self.out_dim)
-        if done_c:
-            c, h = torch.cat([c, *done_c[::-1]]), torch.cat([h, *done_h[::-1]])
-        return out, (c.contiguous(), h.contiguous())
+                return torch.addmm(pre_steps[t], h, w_h_rows).chunk(4, dim=1)
+            if onednn_w_h is not None:
+                return onednn_linear(h.contiguous(), onednn_w_h).add_(pre_steps[t]).chunk(4, dim=1)
+            # split (4H, n) into contiguous blocks, so backward joins them with plain copies
+            return [g.t() for g in torch.addmm(pre_steps[t].t(), w_h, h.t()).chunk(4, dim=0)]
+
+        def project(h: torch.Tensor) -> torch.Tensor:
+            return (w_p @ h.t()).t() if h.shape[0] > PROJECTION_ROW_MAJOR_MAX_ROWS else h @ self.W_P_0
+
+        return gates_of, project
 
     def _forget_one(self) -> torch.Tensor:
         one = torch.zeros_like(self.B)
@@ -379,7 +401,7 @@ class TokenCache:
     def __call__(self, encoder: CharEncoder, ids: torch.Tensor) -> torch.Tensor:
         """ids (N, 50) of distinct tokens -> (N, P), computing only the tokens not seen before."""
         stamp = (tuple((p.data_ptr(), p._version) for p in encoder.parameters()),
-                 torch.is_autocast_enabled(ids.device.type))  # bf16 and fp32 vectors never mix
+                 torch.is_autocast_enabled(ids.device.type), encoder.int8)  # bf16, int8 and fp32 vectors never mix
         if stamp != self._stamp:
             self._rows.clear()
             self._stamp = stamp

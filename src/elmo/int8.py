@@ -1,0 +1,212 @@
+"""int8 inference on CPU: a loaded biLM's matrix products with int8 weights, converted once at load.
+
+`quantize_bilm(bilm)` gives every LSTM layer (input and recurrent products, projection), every
+highway and the char CNN's projection an int8 copy of its weight, one scale per output channel.
+Activations are quantized as they come, one scale per row (token or batch row), so a row's numbers
+never depend on the other rows of its batch: the int8 products accumulate exactly in int32, and
+everything around them (scales, bias, gates, clipping, the cell state, the char CNN's convolution)
+stays float32. The float32 parameters are kept and never changed, so nothing is written back to
+weights.hdf5, and `state_dict()` is the float32 model's.
+
+The kernel is torch's own fbgemm linear with a prepacked weight (`quantized::linear_dynamic`), the
+fastest int8 product on the CPUs this was measured on (docs/performance.md#int8); torchao's CPU
+path for int8 activations runs `torch._int_mm`, 20x slower than float32 there. fbgemm quantizes its
+input with one scale per tensor, so each row is scaled to integers in [-63, 63] here first and one
+extra row pins the tensor's range to [-64, 63]: fbgemm's scale is then exactly 1, its quantization
+keeps our integers as they are, and its output is the exact integer product times the weight's
+scale. Seven bits, not eight: on AVX2 without VNNI the u8 x s8 pair products are summed in int16,
+which saturates with full-range activations (the check in `check_kernel` would catch it).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+
+import torch
+
+from .errors import ElmoError
+
+ACTIVATION_LEVELS = 63  # |q| <= 63 per row; with the pinning row the tensor spans [-64, 63] (7 bits)
+
+
+class Int8Unavailable(ElmoError):
+    """This CPU or torch build has no int8 kernel we trust: int8 refuses rather than running float32."""
+
+
+@contextmanager
+def _fbgemm_engine():
+    """Prepack with fbgemm, then restore the user's engine; quantized tensors are deprecated API in
+    torch 2.13 but still the only way into its int8 kernels, so their warning is silenced here."""
+    before = torch.backends.quantized.engine
+    torch.backends.quantized.engine = "fbgemm"
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*quantize.*deprecated.*")
+            yield
+    finally:
+        torch.backends.quantized.engine = before
+
+
+def check_kernel() -> None:
+    """Raise `Int8Unavailable` unless fbgemm is built in and gives the exact integer product here."""
+    engines = torch.backends.quantized.supported_engines
+    if "fbgemm" not in engines:
+        raise Int8Unavailable(f"int8 needs torch's fbgemm kernels (x86 CPUs with AVX2); this torch build "
+                              f"{torch.__version__} on a {torch.backends.cpu.get_cpu_capability()} CPU has only "
+                              f"{engines}. Run without --int8 / int8=True.")
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randint(-127, 128, (64, 96), generator=gen).float()
+    weight[:, 0] = 127  # every channel's scale exactly 1, so the int8 weight is `weight` itself
+    weight[1] = 127
+    rows = torch.randint(-ACTIVATION_LEVELS, ACTIVATION_LEVELS + 1, (5, 96), generator=gen).float()
+    rows[0] = ACTIVATION_LEVELS * torch.sign(weight[0])
+    rows[1] = ACTIVATION_LEVELS  # with channel 1: the largest pair sums the kernel meets
+    try:
+        pinned = _pinned(*rows.shape)
+        pinned[:-1] = rows
+        got = Int8Linear(weight.t())._product(pinned)
+    except RuntimeError as e:
+        raise Int8Unavailable(f"torch's int8 kernel failed on this CPU ({e}); run without --int8") from e
+    exact = rows.double() @ weight.double().t()
+    if not torch.equal(got.double(), exact):
+        raise Int8Unavailable("torch's int8 kernel gives inexact products on this CPU (largest error "
+                              f"{(got.double() - exact).abs().max().item():g}); run without --int8")
+
+
+class Int8Linear:
+    """x (n, in) @ weight (in, out) + bias, weight int8 per output channel, x int8 per row, int32 sums.
+
+    `weight` in the file's orientation (in, out), as the biLM keeps it. Not an nn.Module on purpose:
+    the packed copy is not a parameter, so it is never saved, moved or trained.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+        w = weight.detach().t().contiguous().float()  # (out, in)
+        self.in_features, self.out_features = w.shape[1], w.shape[0]
+        self.scale = (w.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny)
+        with _fbgemm_engine():
+            q = torch.quantize_per_channel(w, self.scale.double(), torch.zeros(w.shape[0], dtype=torch.long), 0,
+                                           torch.qint8)
+            self._packed = torch.ops.quantized.linear_prepack(q, None)
+        self.bias = None if bias is None else bias.detach().float().clone()
+
+    @property
+    def nbytes(self) -> int:
+        """The int8 weight, its scales and the bias."""
+        extra = 0 if self.bias is None else self.bias.numel() * 4
+        return self.in_features * self.out_features + self.out_features * 4 + extra
+
+    def _product(self, pinned: torch.Tensor) -> torch.Tensor:
+        """A `_pinned` buffer -> its rows' exact integer products with the int8 weight, times its scales."""
+        return torch.ops.quantized.linear_dynamic(pinned, self._packed, True)[:-1]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type != "cpu" or x.dtype != torch.float32:
+            raise Int8Unavailable(f"int8 runs float32 inputs on the CPU only, found {x.dtype} on {x.device}")
+        row_scale = torch.linalg.vector_norm(x, math.inf, dim=1, keepdim=True).clamp_(
+            min=torch.finfo(torch.float32).tiny).div_(ACTIVATION_LEVELS)
+        pinned = _pinned(*x.shape)
+        torch.div(x, row_scale, out=pinned[:-1]).round_()
+        y = self._product(pinned).mul_(row_scale)
+        return y if self.bias is None else y.add_(self.bias)
+
+
+def _pinned(rows: int, width: int) -> torch.Tensor:
+    """An empty (rows + 1, width) input whose last row pins fbgemm's per-tensor range to [-64, 63],
+    so that its scale is exactly 1 and its zero point 64; the caller fills the first `rows`."""
+    pinned = torch.empty(rows + 1, width)
+    pinned[-1] = -ACTIVATION_LEVELS - 1
+    pinned[-1, 0] = ACTIVATION_LEVELS
+    return pinned
+
+
+def _refuse_gradients(params: Sequence[torch.Tensor], *tensors: torch.Tensor) -> None:
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (*params, *tensors)):
+        raise Int8Unavailable("int8 is for inference: this biLM's weights or inputs require gradients "
+                              "(training or requires_grad=True); use the float32 model to train")
+
+
+class Int8CharProducts:
+    """A `CharEncoder`'s highways (carry and transform as one product) and projection in int8."""
+
+    def __init__(self, encoder):
+        self.encoder = encoder
+        self.highways = [
+            Int8Linear(torch.cat([encoder.highway_carry_w[k], encoder.highway_transform_w[k]], dim=1),
+                       torch.cat([encoder.highway_carry_b[k], encoder.highway_transform_b[k]]))
+            for k in range(encoder.config.n_highway)]
+        self.projection = None if encoder.proj_w is None else Int8Linear(encoder.proj_w, encoder.proj_b)
+
+    def highway(self, k: int, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        _refuse_gradients(list(self.encoder.parameters()), h)
+        carry, transform = self.highways[k](h).chunk(2, dim=1)
+        gate = torch.sigmoid(carry)
+        return gate * torch.relu(transform) + (1.0 - gate) * h, gate
+
+    def project(self, h: torch.Tensor) -> torch.Tensor:
+        return h if self.projection is None else self.projection(h)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(m.nbytes for m in self.highways) + (0 if self.projection is None else self.projection.nbytes)
+
+
+class Int8LstmProducts:
+    """An `LstmLayer`'s input, recurrent and projection products in int8 (its `_products` contract)."""
+
+    def __init__(self, layer):
+        w_x, w_h = layer.W_0[: layer.input_dim], layer.W_0[layer.input_dim :]
+        self.input = Int8Linear(w_x, layer.B + layer._forget_one())
+        self.recurrent = Int8Linear(w_h)
+        self.projection = None if layer.W_P_0 is None else Int8Linear(layer.W_P_0)
+
+    def products(self, packed: torch.Tensor, active: list[int], x: torch.Tensor, state, params) -> tuple[Callable, Callable]:
+        _refuse_gradients(params, x, *state)
+        pre_steps = self.input(packed).split(active)
+
+        def gates_of(t: int, h: torch.Tensor) -> Sequence[torch.Tensor]:
+            return self.recurrent(h).add_(pre_steps[t]).chunk(4, dim=1)
+
+        return gates_of, self.projection
+
+    @property
+    def nbytes(self) -> int:
+        return sum(m.nbytes for m in (self.input, self.recurrent, self.projection) if m is not None)
+
+
+def quantize_bilm(bilm) -> None:
+    """Give `bilm` (a loaded `BiLM`, on the CPU) int8 copies of its products, in place; idempotent.
+
+    Raises `Int8Unavailable` where this CPU/torch build has no int8 kernel, never falling back to float32.
+    """
+    check_kernel()
+    devices = {p.device.type for p in bilm.parameters()}
+    if devices != {"cpu"}:
+        raise Int8Unavailable(f"int8 runs on the CPU only; this biLM is on {sorted(devices)}")
+    with torch.no_grad():
+        bilm.char_encoder.int8 = Int8CharProducts(bilm.char_encoder)
+        for stack in (bilm.forward_lstm, bilm.backward_lstm):
+            for layer in stack.layers:
+                layer.int8 = Int8LstmProducts(layer)
+    bilm.token_cache.clear()
+
+
+def is_quantized(bilm) -> bool:
+    return getattr(bilm.char_encoder, "int8", None) is not None
+
+
+def weight_bytes(bilm) -> tuple[int, int]:
+    """(float32 bytes, int8 bytes) of the weights that int8 converts (the char CNN's filters and
+    embedding stay float32 in both and are not counted)."""
+    enc = bilm.char_encoder
+    converted = [*enc.highway_carry_w, *enc.highway_transform_w, *enc.highway_carry_b, *enc.highway_transform_b]
+    converted += [p for p in (enc.proj_w, enc.proj_b) if p is not None]
+    layers = [layer for stack in (bilm.forward_lstm, bilm.backward_lstm) for layer in stack.layers]
+    converted += [p for layer in layers for p in (layer.W_0, layer.B, layer.W_P_0) if p is not None]
+    fp32 = sum(p.numel() * 4 for p in converted)
+    if not is_quantized(bilm):
+        return fp32, 0
+    return fp32, enc.int8.nbytes + sum(layer.int8.nbytes for layer in layers)
