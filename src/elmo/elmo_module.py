@@ -10,6 +10,8 @@ from torch import nn
 
 from . import allennlp_state
 from .bilm import BiLM, remove_sentence_boundaries
+from .errors import InputError
+from .int8 import quantize_bilm
 from .scalar_mix import ScalarMix
 from .weights import load_bilm
 
@@ -43,8 +45,14 @@ class Elmo(nn.Module):
         scalar_mix_parameters: Sequence[float] | None = None,
         module: nn.Module | None = None,
         stateful: bool = False,
+        int8: bool = False,
     ):
+        """`int8=True`: the frozen biLM's products run in int8 on the CPU (`elmo.int8`; the scalar
+        mixes stay float32 and trainable); not with `requires_grad=True`."""
         super().__init__()
+        if int8 and requires_grad:
+            raise InputError("Elmo(int8=True) is for a frozen biLM: int8 weights take no gradients; "
+                             "drop requires_grad=True or int8=True")
         if module is None:
             if options_file is None:
                 raise ValueError("Elmo needs options_file and weight_file, or module=")
@@ -52,6 +60,10 @@ class Elmo(nn.Module):
         self._elmo_lstm = module
         for p in self._elmo_lstm.parameters():
             p.requires_grad_(requires_grad)
+        if int8:
+            if not isinstance(module, BiLM):
+                raise InputError(f"Elmo(int8=True) converts this package's BiLM, found module={type(module).__name__}")
+            quantize_bilm(module)
         self._keep_sentence_boundaries = keep_sentence_boundaries
         self._dropout = nn.Dropout(p=dropout)
         self._scalar_mixes: list[ScalarMix] = []

@@ -13,6 +13,7 @@ from .allocator import keep_freed_memory
 from .bilm import BiLM
 from .devices import check_device
 from .errors import InputError
+from .int8 import quantize_bilm
 from .models import ModelFiles, load_model, resolve_model
 from .weights import load_bilm
 
@@ -38,6 +39,15 @@ def select_layers(layers: np.ndarray, choice: str) -> np.ndarray:
     raise ValueError(f"layers must be one of {LAYER_CHOICES}, found {choice!r}")
 
 
+def check_int8_choice(int8: bool, device: str | torch.device, bf16: bool) -> None:
+    """int8 is a CPU float32 replacement: on a GPU or with bf16 it would silently mean something else."""
+    if int8 and not str(device).startswith("cpu"):
+        raise InputError(f"int8 runs on the CPU only, found device {device}: drop --int8 / int8=True on a GPU")
+    if int8 and bf16:
+        raise InputError("int8 and bf16 exclude each other: int8 replaces the float32 products, bf16 autocasts them; "
+                         "choose one")
+
+
 class Embedder:
     """Embed tokenized sentences with a frozen biLM; returns one (L+1, n, D) array per sentence.
 
@@ -47,9 +57,11 @@ class Embedder:
     """
 
     def __init__(self, bilm: BiLM | None = None, device: str | torch.device = "cpu", batch_size: int = 64,
-                 bf16: bool = False):
+                 bf16: bool = False, int8: bool = False):
         """`bf16=True` runs the biLM under bfloat16 autocast (outputs stay float32): for GPUs with bf16
-        units; on a CPU without native bf16 it is correct but several times slower than float32."""
+        units; on a CPU without native bf16 it is correct but several times slower than float32.
+        `int8=True` runs its matrix products in int8 on the CPU (`elmo.int8`, docs/performance.md#int8)."""
+        check_int8_choice(int8, device, bf16)
         self.device = check_device(device)
         self.batch_size = check_batch_size(batch_size)
         if bilm is None:
@@ -59,6 +71,8 @@ class Embedder:
             keep_freed_memory()
         self.bilm = bilm.to(self.device).eval()
         self.bf16 = bf16
+        if int8:
+            quantize_bilm(self.bilm)
 
     @classmethod
     def from_files(cls, options_file: str | os.PathLike, weight_file: str | os.PathLike, stateful: bool = False,

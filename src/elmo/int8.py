@@ -50,9 +50,13 @@ def _fbgemm_engine():
         torch.backends.quantized.engine = before
 
 
+def _supported_engines() -> list[str]:
+    return list(torch.backends.quantized.supported_engines)
+
+
 def check_kernel() -> None:
     """Raise `Int8Unavailable` unless fbgemm is built in and gives the exact integer product here."""
-    engines = torch.backends.quantized.supported_engines
+    engines = _supported_engines()
     if "fbgemm" not in engines:
         raise Int8Unavailable(f"int8 needs torch's fbgemm kernels (x86 CPUs with AVX2); this torch build "
                               f"{torch.__version__} on a {torch.backends.cpu.get_cpu_capability()} CPU has only "
