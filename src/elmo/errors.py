@@ -15,3 +15,16 @@ class InputError(ElmoError):
 
 class OutputError(ElmoError):
     """An output that cannot be written: the disk is full, or the file system refuses the write."""
+
+
+class DownloadError(ElmoError):
+    """A model file or archive that could not be fetched: the message names the URL and what went wrong."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"{url}: {reason}")
+        self.url = url
+        self.reason = reason
+
+
+class OfflineError(DownloadError):
+    """A file asked for while the network may not be used (ELMO_OFFLINE=1) and found in no cache."""

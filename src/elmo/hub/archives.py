@@ -1,0 +1,118 @@
+"""Unpacking a downloaded model archive (.zip, .tar.gz, .tar.xz, .tar.bz2) without trusting it.
+
+Every member is checked before anything is written: no absolute paths, no `..`, no links or device
+files, and at most `max_bytes` in all (counted as bytes are written, so a lying header cannot pass).
+The contents go to a temporary folder beside `dest` that is renamed onto it when complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path, PurePosixPath
+
+from ..errors import ModelFileError
+
+MAX_BYTES = 8 << 30  # far above any published ELMo model, far below a full disk
+MAX_MEMBERS = 10_000
+REGULAR, DIRECTORY = 0o100000, 0o040000
+ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2")
+
+
+def is_archive_name(name: str) -> bool:
+    return name.lower().endswith(ARCHIVE_SUFFIXES)
+
+
+def extract_archive(archive: str | os.PathLike, dest: str | os.PathLike, max_bytes: int = MAX_BYTES) -> Path:
+    """Unpack `archive` into the new folder `dest` (which must not exist yet); refuse anything unsafe."""
+    archive, dest = Path(archive), Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".extract-", dir=dest.parent))
+    try:
+        if zipfile.is_zipfile(archive):
+            _extract_zip(archive, tmp, max_bytes)
+        elif tarfile.is_tarfile(archive):
+            _extract_tar(archive, tmp, max_bytes)
+        else:
+            raise ModelFileError(f"{archive}: not a zip or tar archive (.zip, .tar.gz, .tar.xz, .tar.bz2)")
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest
+
+
+def _safe_name(archive: Path, name: str) -> PurePosixPath:
+    """The member's relative path, or a ModelFileError naming the member that would escape."""
+    path = PurePosixPath(name.replace("\\", "/"))
+    if path.is_absolute() or name.startswith(("/", "\\")) or (path.parts and ":" in path.parts[0]):
+        raise ModelFileError(f"{archive}: member {name!r} has an absolute path; refusing to unpack the archive")
+    if ".." in path.parts:
+        raise ModelFileError(f"{archive}: member {name!r} points outside the archive's folder (..); refusing to unpack it")
+    return path
+
+
+def _copy_limited(source, target: Path, archive: Path, budget: list[int], max_bytes: int) -> None:
+    """Copy a member's bytes, stopping as soon as the archive's total passes `max_bytes`."""
+    with open(target, "wb") as out:
+        for chunk in iter(lambda: source.read(1 << 20), b""):
+            budget[0] += len(chunk)
+            if budget[0] > max_bytes:
+                raise ModelFileError(f"{archive}: unpacks to more than {max_bytes} bytes; refusing to unpack it "
+                                     "(a damaged or hostile archive)")
+            out.write(chunk)
+
+
+def _check_count(archive: Path, count: int) -> None:
+    if count > MAX_MEMBERS:
+        raise ModelFileError(f"{archive}: {count} members, more than the {MAX_MEMBERS} a model archive can have")
+
+
+def _extract_zip(archive: Path, dest: Path, max_bytes: int) -> None:
+    with zipfile.ZipFile(archive) as z:
+        members = z.infolist()
+        _check_count(archive, len(members))
+        for info in members:
+            _safe_name(archive, info.filename)
+            kind = (info.external_attr >> 16) & 0o170000  # Unix file type, when the archiver recorded one
+            if kind not in (0, REGULAR, DIRECTORY):
+                raise ModelFileError(f"{archive}: member {info.filename!r} is a link or special file; refusing to "
+                                     "unpack the archive")
+        if sum(info.file_size for info in members) > max_bytes:
+            raise ModelFileError(f"{archive}: unpacks to more than {max_bytes} bytes; refusing to unpack it")
+        budget = [0]
+        for info in members:
+            target = dest.joinpath(*_safe_name(archive, info.filename).parts)
+            if info.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with z.open(info) as source:
+                _copy_limited(source, target, archive, budget, max_bytes)
+
+
+def _extract_tar(archive: Path, dest: Path, max_bytes: int) -> None:
+    with tarfile.open(archive) as t:
+        members = t.getmembers()
+        _check_count(archive, len(members))
+        for member in members:
+            _safe_name(archive, member.name)
+            if not (member.isfile() or member.isdir()):
+                raise ModelFileError(f"{archive}: member {member.name!r} is a link or special file; refusing to "
+                                     "unpack the archive")
+        if sum(m.size for m in members) > max_bytes:
+            raise ModelFileError(f"{archive}: unpacks to more than {max_bytes} bytes; refusing to unpack it")
+        budget = [0]
+        for member in members:
+            target = dest.joinpath(*_safe_name(archive, member.name).parts)
+            if member.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source = t.extractfile(member)
+            with contextlib.closing(source):
+                _copy_limited(source, target, archive, budget, max_bytes)

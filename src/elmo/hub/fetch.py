@@ -1,0 +1,83 @@
+"""`fetch(url)`: a local path for a remote file, from our cache, AllenNLP's, or the network (in that order).
+
+Processes that want the same file at once download it once (a file lock on the entry); the file
+appears under its final name only when complete, checked, and its sha256 recorded beside it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from filelock import FileLock, Timeout
+
+from ..errors import DownloadError, ModelFileError, OfflineError
+from .allennlp_cache import allennlp_cache_dirs, find_in_allennlp_cache
+from .cache import OFFLINE_ENV, CacheEntry, cache_root, offline
+from .catalog import RemoteFile, known_file
+from .download import download
+
+SCHEMES = ("http", "https")
+
+
+def check_url(url: str) -> None:
+    scheme = urlsplit(url).scheme.lower()
+    if scheme not in SCHEMES:
+        raise DownloadError(url, f"only http:// and https:// URLs can be fetched, not {scheme}://")
+
+
+def fetch(url: str, timeout: float | None = None, expected: RemoteFile | None = None) -> Path:
+    """The local path of `url`'s file; downloads it (unless ELMO_OFFLINE=1) when no cache has it."""
+    check_url(url)
+    entry = CacheEntry.for_url(url)
+    expected = expected or known_file(url)
+    corruption = None
+    try:
+        found = entry.verified()
+    except ModelFileError as e:
+        found, corruption = None, str(e)
+    if found is None:
+        found = find_in_allennlp_cache(url)
+    if found is not None:
+        return found
+    if offline():
+        raise OfflineError(url, offline_reason(url, entry, corruption))
+    if corruption is not None:
+        print(f"elmo: {corruption}; fetching it again", file=sys.stderr)
+    return _download_once(url, entry, expected, timeout)
+
+
+def _download_once(url: str, entry: CacheEntry, expected: RemoteFile | None, timeout: float | None) -> Path:
+    """Download under the entry's lock; a process that waited finds the file its neighbour fetched."""
+    entry.folder.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(entry.lock_path)
+    try:
+        lock.acquire(timeout=2)
+    except Timeout:
+        print(f"elmo: waiting for another process that is downloading {url}", file=sys.stderr)
+        lock.acquire()
+    try:
+        try:
+            found = entry.verified()
+        except ModelFileError:
+            entry.remove()
+            found = None
+        if found is not None:
+            return found
+        result = download(url, entry.part_path, expected, timeout)
+        entry.write_record(result.sha256, result.size, result.etag)
+        os.replace(entry.part_path, entry.path)
+        return entry.path
+    finally:
+        lock.release()
+
+
+def offline_reason(url: str, entry: CacheEntry, corruption: str | None) -> str:
+    """What was looked at, and how to fill the cache on a machine with network."""
+    where = [str(entry.folder.parent)] + [str(d) for d in allennlp_cache_dirs()]
+    first = f"{corruption}, and" if corruption else "not in any cache"
+    return (f"{first} {OFFLINE_ENV}=1 forbids downloading it (looked in: {', '.join(where)}). On a machine with "
+            f"network run `elmo download {url}` (or `elmo download NAME` for a catalog model), then copy its cache "
+            f"folder {cache_root()} to this machine and point ELMO_CACHE at the copy")
