@@ -180,3 +180,85 @@ def test_json_is_plain(tmp_path):
     path = tiny_task_model(tmp_path / "m.pt")
     state = torch.load(path, weights_only=True)
     json.dumps({k: v for k, v in state.items() if k != "state_dict"})  # nothing but plain data
+
+
+# ---- 2. no command writes over its own input ------------------------------------------------------------------
+
+MICRO = {
+    "lstm": {"dim": 32, "projection_dim": 16, "n_layers": 2, "cell_clip": 3, "proj_clip": 3, "use_skip_connections": True},
+    "char_cnn": {"activation": "relu", "embedding": {"dim": 4}, "filters": [[1, 8], [2, 8], [3, 16]], "n_highway": 1,
+                 "max_characters_per_token": 50, "n_characters": 262},
+}
+
+
+@pytest.fixture(scope="module")
+def micro_run(tmp_path_factory):
+    """A two-step training run of a micro biLM (seconds): what export, resume and perplexity read."""
+    from conftest import BILM_TF, need
+
+    from elmo.cli import main
+    data = need(BILM_TF / "train" / "data.txt")
+    root = tmp_path_factory.mktemp("micro")
+    (root / "micro.json").write_text(json.dumps(MICRO))
+    assert main(["vocab", str(data), "-o", str(root / "vocab.txt")]) == 0
+    flags = ["--train", str(data), "--vocab", str(root / "vocab.txt"), "--options", str(root / "micro.json"),
+             "--batch-size", "4", "--unroll-steps", "5", "--negatives", "8", "--threads", "1", "--no-progress"]
+    assert main(["train", *flags, "--out", str(root / "run"), "--max-steps", "2"]) == 0
+    return root / "run", flags
+
+
+def _refused(capsys, argv, *needles):
+    from elmo.cli import main
+    assert main(argv) == 2, argv
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+def test_no_command_writes_over_its_input(tmp_path, capsys, micro_run, one_thread):
+    run, flags = micro_run
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a b c\nd e\n", encoding="utf-8")
+    before = corpus.read_bytes()
+    linked = tmp_path / "linked.txt"
+    linked.hardlink_to(corpus)
+    _refused(capsys, ["vocab", str(corpus), "-o", str(corpus)], "is CORPUS itself")
+    _refused(capsys, ["vocab", str(tmp_path / "*.txt"), "-o", str(linked)], "is CORPUS itself")
+    _refused(capsys, ["embed", str(corpus), str(corpus), "--overwrite"], "is INPUT itself")
+    _refused(capsys, ["task", "train", "ner", "--train", str(corpus), "--dev", str(corpus), "--test", str(corpus),
+                      "--model", "none", "--out", str(corpus)], "is --train itself")
+    options = run / "options.json"
+    snapshot = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    _refused(capsys, ["export", str(run), "-o", str(run), "--overwrite"], "is RUN_DIR itself")
+    _refused(capsys, ["export", str(run), "-o", str(run / "model"), "--overwrite"], "lies inside RUN_DIR")
+    _refused(capsys, ["export", str(run), "-o", str(run.parent), "--overwrite"], "holds RUN_DIR")
+    own = [str(corpus) if i == 1 else f for i, f in enumerate(flags)]  # --train CORPUS
+    _refused(capsys, ["train", *own, "--out", str(corpus.parent), "--max-steps", "1"], "holds --train")
+    assert corpus.read_bytes() == before and options.exists()
+    assert snapshot == {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+
+
+def test_failed_export_overwrite_leaves_the_folder_as_it_was(tmp_path, monkeypatch, micro_run, one_thread):
+    import elmo.training.export as export
+    from elmo.cli import main
+
+    run, _ = micro_run
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "README").write_text("mine")
+    assert main(["export", str(run), "-o", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def fails(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(export, "save_softmax", fails)  # after weights.hdf5 and options.json are written
+    with pytest.raises(OSError):
+        export.export_run(run, out, overwrite=True, float16=True)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temporary folder left
+    monkeypatch.undo()
+    assert main(["export", str(run), "-o", str(out), "--overwrite", "--float16"]) == 0
+    assert (out / "README").read_text() == "mine" and (out / "weights.hdf5").read_bytes() != before["weights.hdf5"]

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from .embedder import LAYER_CHOICES, Embedder, check_batch_size, select_layers
 from .errors import InputError
-from .fileio import check_file, hdf5_output, iter_lines
+from .fileio import check_file, check_not_input, hdf5_output, iter_lines
 
 DTYPES = ("float32", "float16")
 POOLS = ("mean", "max")
@@ -147,9 +147,7 @@ def check_output(output_file: str | os.PathLike, overwrite: bool, input_file: st
     output_file = os.fspath(output_file)
     if os.path.isdir(output_file):
         raise InputError(f"{output_file}: is a directory; OUTPUT must be a file path")
-    if input_file is not None and os.path.exists(output_file) and os.path.samefile(input_file, output_file):
-        raise InputError(f"{output_file}: is INPUT itself; --overwrite would replace the text with its vectors, "
-                         "choose another OUTPUT")
+    check_not_input(output_file, {"INPUT": input_file})
     if os.path.exists(output_file) and not overwrite:
         raise InputError(f"{output_file}: already exists (pass --overwrite to replace it)")
     directory = os.path.dirname(os.path.abspath(output_file))

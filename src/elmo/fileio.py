@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import gzip
 import hashlib
 import io
@@ -213,3 +214,90 @@ def hdf5_output(path: str | os.PathLike, libver: str | None = None) -> Iterator[
         finally:
             raw.close()
         raw.check()
+
+
+def _real(path: str | os.PathLike) -> str:
+    return os.path.realpath(os.path.abspath(os.fspath(path)))
+
+
+def _same(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    try:
+        return os.path.samefile(a, b)  # hard links
+    except OSError:
+        return False
+
+
+def check_not_input(output: str | os.PathLike, inputs: dict[str, object], flag: str = "OUTPUT",
+                    folder: bool = False) -> None:
+    """Refuse an output that is one of the command's inputs, or (a `folder` output) holds one, lies
+    inside one, or is the same folder: writing it would destroy what the command reads.
+
+    `inputs` maps a flag name to a path or a list of paths (globs are expanded); None is skipped.
+    """
+    out = _real(output)
+    for name, value in inputs.items():
+        if value is None:
+            continue
+        for given in ([value] if isinstance(value, (str, os.PathLike)) else list(value)):
+            matches = glob.glob(os.fspath(given)) if glob.has_magic(os.fspath(given)) else [os.fspath(given)]
+            for path in matches:
+                real = _real(path)
+                if _same(out, real):
+                    raise InputError(f"{output}: is {name} itself ({path}); writing {flag} there would destroy "
+                                     f"the input, choose another {flag}")
+                if folder and real.startswith(out.rstrip(os.sep) + os.sep):
+                    raise InputError(f"{output}: {flag} holds {name} ({path}); writing the folder could replace or "
+                                     f"remove it, choose another {flag}")
+                if os.path.isdir(real) and out.startswith(real.rstrip(os.sep) + os.sep):
+                    raise InputError(f"{output}: {flag} lies inside {name} ({path}); choose a folder outside it")
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike, replace: tuple[str, ...] = ()) -> Iterator[str]:
+    """Yield a new temporary folder beside `path`; on success it becomes `path` in one rename.
+
+    Files of an existing `path` whose names are not in `replace` are carried over (hard links, else
+    copies), so a finished write replaces exactly `replace`; a failed one leaves `path` as it was,
+    never a mix of old and new files.
+    """
+    import shutil
+
+    path = os.fspath(path).rstrip(os.sep) or os.sep
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise InputError(f"{path}: the directory {parent} does not exist")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise InputError(f"{path}: is a file, expected a folder to write")
+    tmp = tempfile.mkdtemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=parent)
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())
+        if not os.path.isdir(path):
+            os.replace(tmp, path)
+            return
+        for entry in os.scandir(path):
+            if entry.name not in replace and not os.path.exists(os.path.join(tmp, entry.name)):
+                target = os.path.join(tmp, entry.name)
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.copytree(entry.path, target, symlinks=True, copy_function=_link_or_copy)
+                else:
+                    _link_or_copy(entry.path, target)
+        old = tempfile.mkdtemp(prefix="." + os.path.basename(path) + ".", suffix=".old", dir=parent)
+        os.replace(path, os.path.join(old, "previous"))
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _link_or_copy(source: str, target: str) -> str:
+    import shutil
+
+    try:
+        os.link(source, target, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(source, target, follow_symlinks=False)
+    return target

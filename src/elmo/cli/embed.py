@@ -10,6 +10,7 @@ from ..embed_file import COMPRESSIONS, DTYPES, POOLS, OutputSpec, check_input, c
 from ..embed_parallel import Ranks, embed_corpus
 from ..embedder import Embedder, check_batch_size, check_int8_choice
 from ..errors import InputError
+from ..fileio import check_not_input
 from ..models import choose_model
 
 
@@ -71,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
     check_input(args.input)  # before the model loads: fail fast
     check_output(args.output, args.overwrite, args.input)
     check_int8_choice(args.int8, args.device, args.bf16)
+    check_not_input(args.output, {"--options": args.options, "--weights": args.weights})
     check_device(args.device, "--device")
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if args.stateful and (args.resume or world > 1):

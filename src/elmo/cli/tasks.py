@@ -10,6 +10,7 @@ import torch
 
 from ..devices import check_device
 from ..errors import InputError
+from ..fileio import check_not_input
 from . import settings_from_args
 
 
@@ -38,7 +39,14 @@ def _elmo_spec(args, allow_none: bool):
     return ElmoSpec.resolve(args.model, args.options, args.weights)
 
 
+INPUT_FLAGS = ("train", "dev", "test", "static", "options", "weights", "train_xml", "train_keys", "test_xml",
+               "test_keys", "wordnet", "save")
+
+
 def _setup(args) -> None:
+    if args.out:
+        check_not_input(args.out, {"--" + k.replace("_", "-"): getattr(args, k) for k in INPUT_FLAGS
+                                   if isinstance(getattr(args, k, None), str)}, "--out")
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.limit is not None and args.limit <= 0:
@@ -156,6 +164,7 @@ def run_probe_wsd(args) -> int:
 
 def run_static(args) -> int:
     from ..tasks.static import Corpus, train_word2vec
+    check_not_input(args.output, {"CORPUS": args.corpus}, "--output")
     n = train_word2vec(Corpus(args.corpus, args.max_sentences), args.output, dim=args.dim, window=args.window,
                        min_count=args.min_count, epochs=args.epochs, skipgram=not args.cbow, workers=args.workers,
                        seed=args.seed)

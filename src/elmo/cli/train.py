@@ -118,8 +118,10 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
 
 
 def run_vocab(args: argparse.Namespace) -> int:
+    from ..fileio import check_not_input
     from ..training.vocab import build_vocab, count_tokens, write_vocab
 
+    check_not_input(args.output, {"CORPUS": args.corpus}, flag="--output")
     counts = count_tokens(args.corpus, progress=sys.stderr.isatty())
     tokens = build_vocab(counts, args.min_count, args.max_size)
     write_vocab(tokens, args.output)

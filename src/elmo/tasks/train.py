@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from ..devices import move_tensors
 from ..errors import InputError
+from ..fileio import check_not_input
 from .classifier import SentenceClassifier
 from .data import TaskData
 from .features import ElmoSpec, build_cache
@@ -152,6 +153,11 @@ def run_task(opts: TrainOptions, metrics_path: str | None = None) -> dict:
 def _check_options(opts: TrainOptions) -> None:
     if opts.task not in TASKS:
         raise InputError(f"unknown task {opts.task!r}; expected one of {', '.join(TASKS)}")
+    inputs = {"--train": opts.train, "--dev": opts.dev, "--test": opts.test, "--static": opts.static}
+    if opts.elmo:
+        inputs.update({"--options": opts.elmo.options_file, "--weights": opts.elmo.weight_file})
+    if opts.save:
+        check_not_input(opts.save, inputs, "--save")
     if opts.elmo is None and opts.static is None and opts.char_filters == 0:
         raise InputError("nothing to feed the model: give --model, --static or a char CNN")
     for name in ("epochs", "patience", "eval_every"):

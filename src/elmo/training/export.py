@@ -16,6 +16,7 @@ import torch
 from ..bilm import BiLM
 from ..chars import N_CODES
 from ..errors import InputError
+from ..fileio import atomic_dir, check_not_input
 from ..models import OPTIONS_NAME, SOFTMAX_NAME, VOCAB_NAME, WEIGHTS_NAME, ModelFiles
 from ..options import BiLMConfig, read_options
 from ..weights import save_bilm
@@ -49,18 +50,21 @@ def load_run(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = 
 
 def export_run(run_dir: str | os.PathLike, model_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = None,
                softmax_float16: bool = False, overwrite: bool = False, float16: bool = False) -> ModelFiles:
-    """A run's checkpoint as a model directory; `float16` stores every weight (softmax too) as float16."""
+    """A run's checkpoint as a model directory; `float16` stores every weight (softmax too) as float16.
+
+    The directory is written whole under a temporary name and renamed, so a failed export (even with
+    --overwrite) leaves MODEL_DIR as it was."""
+    check_not_input(model_dir, {"RUN_DIR": run_dir, "--checkpoint": checkpoint}, flag="MODEL_DIR", folder=True)
     model, vocab, _ = load_run(run_dir, checkpoint)
     out = Path(model_dir)
     names = (OPTIONS_NAME, WEIGHTS_NAME, SOFTMAX_NAME, VOCAB_NAME)
     present = [n for n in names if (out / n).exists()]
     if present and not overwrite:
         raise InputError(f"{out}: already holds {', '.join(present)}; pass --overwrite to replace them")
-    out.mkdir(parents=True, exist_ok=True)
-    with torch.no_grad():
-        save_bilm(model.bilm, out / OPTIONS_NAME, out / WEIGHTS_NAME, float16=float16)
-        save_softmax(model.softmax, out / SOFTMAX_NAME, float16=softmax_float16 or float16)
-    write_vocab(vocab.tokens, out / VOCAB_NAME)
+    with torch.no_grad(), atomic_dir(out, replace=names) as tmp:
+        save_bilm(model.bilm, Path(tmp) / OPTIONS_NAME, Path(tmp) / WEIGHTS_NAME, float16=float16)
+        save_softmax(model.softmax, Path(tmp) / SOFTMAX_NAME, float16=softmax_float16 or float16)
+        write_vocab(vocab.tokens, Path(tmp) / VOCAB_NAME)
     return ModelFiles.from_dir(out)
 
 

@@ -24,7 +24,7 @@ import torch
 
 from ..allocator import keep_freed_memory
 from ..devices import cpu_has_bf16
-from ..fileio import atomic_path
+from ..fileio import atomic_path, check_not_input
 from ..models import OPTIONS_NAME, VOCAB_NAME, ModelFiles
 from ..options import BiLMConfig, write_options
 from ..weights import load_bilm
@@ -152,6 +152,7 @@ def _open_run(s: TrainSettings, rank: int, world: int) -> tuple[dict, dict, Voca
                f"{path}: saved by {checkpoint['world_size']} processes, resumed with {world}; use the same number")
     else:
         check(not list_checkpoints(out), f"{out}: already holds a training run; pass --resume to continue it, or choose another --out")
+        check_not_input(out, {"--train": s.train, "--vocab": s.vocab, "--init-from": s.init_from}, "--out", folder=True)
         options, run, vocab = fresh_run(s)
     control = {k: getattr(s, k) if getattr(s, k) is not None else run.get("control", {}).get(k, v)
                for k, v in CONTROL_DEFAULTS.items()}
