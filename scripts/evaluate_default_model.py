@@ -85,13 +85,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     from elmo import Embedder
-    from elmo.models import resolve_model
+    from elmo.models import resolve
     from elmo.tasks.contextuality import sense_margins, sense_occurrences
     from elmo.training.perplexity import load_for_scoring, perplexity
 
     card: dict = {"model": args.model, "git_commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
                                                                      text=True, cwd=REPO).stdout.strip()}
-    files = resolve_model(args.model)
+    files = resolve(args.model).original_files()
     card["size_mb"] = {f.name: round(f.stat().st_size / 1e6, 2) for f in sorted(files.options_file.parent.iterdir())}
     card["stored_dtypes"] = stored_dtypes(files.options_file.parent)
     card["options"] = json.loads(files.options_file.read_text())

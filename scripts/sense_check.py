@@ -32,7 +32,7 @@ from elmo import Embedder  # noqa: E402
 from elmo.lab.examples import AMBIGUOUS  # noqa: E402
 from elmo.lab.inputs import tokenize  # noqa: E402
 from elmo.lab.panels_words import sense_distances  # noqa: E402
-from elmo.models import resolve_model  # noqa: E402
+from elmo.models import resolve  # noqa: E402
 from elmo.tasks.contextuality import (  # noqa: E402
     read_sense_set,
     sense_margins,
@@ -49,7 +49,7 @@ def make_embedder(model: str, random: bool, seed: int) -> Embedder:
     if not random:
         return Embedder.from_model(model)
     torch.manual_seed(seed)
-    return Embedder(load_bilm(resolve_model(model).options_file, None))
+    return Embedder(load_bilm(resolve(model).original_files().options_file, None))
 
 
 def render(summary: dict[int, dict]) -> str:

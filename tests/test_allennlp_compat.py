@@ -27,8 +27,9 @@ import pytest
 import torch
 from torch import nn
 
-from elmo import Elmo, ElmoEmbedder, batch_to_ids, load_bilm, remove_sentence_boundaries, resolve_model
+from elmo import Elmo, ElmoEmbedder, batch_to_ids, load_bilm, remove_sentence_boundaries
 from elmo.cli import main as cli_main
+from elmo.models import resolve
 
 STATE = Path(__file__).resolve().parent / "fixtures" / "allennlp_state_dict"
 MIXES = [([0.3, -1.0, 2.0], 1.7), ([-2.0, 1.0, 0.5], 0.4)]  # as make_fixture.py set them
@@ -144,7 +145,7 @@ def test_state_dicts_of_the_earlier_layout_still_load(files, allennlp_state, all
 
 
 def test_a_state_dict_of_another_model_names_allennlps_key_and_both_shapes(allennlp_state):
-    other = fresh_elmo(resolve_model("default").options_file)
+    other = fresh_elmo(resolve("default").original_files().options_file)
     with pytest.raises(RuntimeError, match=r"size mismatch for _elmo_lstm\._token_embedder\._char_embedding_weights: "
                                            r"copying a param with shape \(262, 4\)"):
         other.load_state_dict(allennlp_state)

@@ -15,7 +15,7 @@ from elmo.cli import main as cli_main
 from elmo.lab.examples import AMBIGUOUS
 from elmo.lab.inputs import tokenize
 from elmo.lab.panels_words import sense_distances
-from elmo.models import bundled_models, resolve_model
+from elmo.models import bundled_models, resolve
 from elmo.tasks.contextuality import read_sense_set, sense_margins, separation_summary
 
 CARD = REPO / "docs" / "model-card.json"
@@ -47,7 +47,7 @@ def test_default_model_loads_by_name_everywhere(tmp_path, embedder):
 
 
 def test_model_files_fit_the_size_budget():
-    files = resolve_model("default")
+    files = resolve("default").original_files()
     total = sum(p.stat().st_size for p in files.options_file.parent.iterdir())
     assert total < 42e6, f"bundled model is {total / 1e6:.1f} MB"
     assert files.vocab_file is not None and files.softmax_file is not None
@@ -57,7 +57,7 @@ def test_card_says_how_the_weights_are_stored_and_they_load_as_float32(card):
     """Issue #25 allows float16 files when loading gives float32 and the card says which is on disk."""
     from elmo.training.perplexity import load_for_scoring
 
-    directory = resolve_model("default").options_file.parent
+    directory = resolve("default").original_files().options_file.parent
     for path in sorted(directory.glob("*.hdf5")):
         kinds: set[str] = set()
         with h5py.File(path, "r") as f:

@@ -28,9 +28,10 @@ import pytest
 from conftest import REPO
 from test_lab_support import BANK, SIZE, fixture_files, need_data, need_module, shared_cache, write_test_softmax
 
-from elmo import Embedder, ScalarMix, batch_to_ids, load_bilm, resolve_model
+from elmo import Embedder, ScalarMix, batch_to_ids, load_bilm
 from elmo.lab.inputs import tokenize
 from elmo.lab.lm_head import LMHead
+from elmo.models import resolve
 
 pytestmark = pytest.mark.slow  # drives Chromium against a live server
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -82,7 +83,7 @@ def server(tmp_path_factory):
     data = need_data()
     folder = tmp_path_factory.mktemp("lab-e2e")
     if os.environ.get("ELMO_LAB_MODEL"):
-        files = resolve_model(os.environ["ELMO_LAB_MODEL"])
+        files = resolve(os.environ["ELMO_LAB_MODEL"]).original_files()
         model_args = ["--model", os.environ["ELMO_LAB_MODEL"]]
         paths = (files.options_file, files.weight_file, files.vocab_file, files.softmax_file)
     else:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from elmo import ElmoEmbedder, Embedder, InputError, ModelFileError
-from elmo.models import resolve_model
+from elmo.models import resolve
 
 # Written the way users wrote it against AllenNLP 0.9 (the tutorial's calls, then a file of sentences).
 SCRIPT_09 = textwrap.dedent("""\
@@ -113,7 +113,7 @@ def test_batch_to_embeddings_shapes_and_mask(allennlp_dir):
 
 
 def test_no_files_loads_the_bundled_default_model():
-    options = json.loads(resolve_model("default").options_file.read_text())
+    options = json.loads(resolve("default").original_files().options_file.read_text())
     assert ElmoEmbedder().embed_sentence(["a"]).shape == (3, 1, 2 * options["lstm"]["projection_dim"])
 
 

@@ -238,10 +238,11 @@ def test_cli_reports_a_bad_directory_in_one_line(tmp_path, capsys):
 
 
 def test_original_format_loaders_point_to_the_manylangs_ones():
-    from elmo import ModelFileError, resolve_model
+    from elmo import ModelFileError
+    from elmo.models import resolve
 
     with pytest.raises(ModelFileError, match="an ELMoForManyLangs model directory, which loads with"):
-        resolve_model(ROOT / "word_char")
+        resolve(ROOT / "word_char").original_files()
 
 
 def test_sents2elmo_output_layers(one_thread):

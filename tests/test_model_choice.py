@@ -1,4 +1,4 @@
-"""One way to choose a model: `--model NAME|DIR` or `--options O --weights W`, in every command."""
+"""One model reference: `--model NAME|DIR` or `--options O --weights W`, in every command and API (elmo.models.resolve)."""
 
 import json
 
@@ -7,20 +7,24 @@ import pytest
 from elmo.cli import build_parser
 from elmo.cli import main as cli_main
 from elmo.errors import InputError, ModelFileError
-from elmo.models import choose_model, resolve_model
+from elmo.models import ManyLangsModel, ModelFiles, OriginalModel, TrainingRun, resolve
 
 
-def test_choose_model_takes_a_name_a_directory_or_a_file_pair(allennlp_dir, tmp_path):
-    assert choose_model() == resolve_model("default")
-    assert choose_model("default") == resolve_model("default")
-    pair = choose_model(options=allennlp_dir / "options.json", weights=allennlp_dir / "lm_weights.hdf5")
+def test_resolve_takes_a_name_a_directory_or_a_file_pair(allennlp_dir, tmp_path):
+    default = resolve()
+    assert isinstance(default, OriginalModel) and default == resolve("default")
+    assert default.original_files() == ModelFiles.from_dir(default.original_files().options_file.parent)
+    assert resolve(default) is default
+    pair = resolve(options=allennlp_dir / "options.json", weights=allennlp_dir / "lm_weights.hdf5").original_files()
     assert pair.weight_file == allennlp_dir / "lm_weights.hdf5" and pair.vocab_file is None
+    with pytest.raises(ModelFileError, match=r"nowhere: neither a model directory nor a bundled model \(bundled: default"):
+        resolve("nowhere")
     with pytest.raises(InputError, match="--options and --weights go together"):
-        choose_model(options=allennlp_dir / "options.json")
+        resolve(options=allennlp_dir / "options.json")
     with pytest.raises(InputError, match="either --model or --options/--weights"):
-        choose_model("default", allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5")
+        resolve("default", allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5")
     with pytest.raises(InputError, match=r"missing\.hdf5: file not found"):
-        choose_model(options=allennlp_dir / "options.json", weights=tmp_path / "missing.hdf5")
+        resolve(options=allennlp_dir / "options.json", weights=tmp_path / "missing.hdf5")
 
 
 def test_a_training_run_is_not_a_model_and_the_error_says_how_to_make_one(allennlp_dir, tmp_path, capsys):
@@ -28,8 +32,10 @@ def test_a_training_run_is_not_a_model_and_the_error_says_how_to_make_one(allenn
     (run / "checkpoints").mkdir(parents=True)
     (run / "options.json").write_text((allennlp_dir / "options.json").read_text())
     (run / "run.json").write_text(json.dumps({"seed": 1}))
-    with pytest.raises(ModelFileError, match=r"a training run, not a model directory; make one with `elmo export"):
-        choose_model(run)
+    assert isinstance(resolve(run), TrainingRun)
+    for use in (lambda m: m.load(), lambda m: m.original_files()):
+        with pytest.raises(ModelFileError, match=r"a training run, not a model directory; make one with `elmo export"):
+            use(resolve(run))
     text = tmp_path / "in.txt"
     text.write_text("a b\n")
     assert cli_main(["embed", str(text), str(tmp_path / "o.hdf5"), "--model", str(run)]) == 2
@@ -47,10 +53,12 @@ def test_task_commands_take_model_and_keep_elmo_as_its_old_name(flag):
     assert args.model == "default"
 
 
-def test_manylangs_directories_pass_only_where_the_caller_reads_them():
-    """`elmo embed` (manylangs=True) gets the directory back; a command that needs the original format is told so."""
+def test_manylangs_directories_load_and_refuse_only_where_the_original_files_are_needed():
+    """`elmo embed` loads them; a command that needs the original format's files is told so."""
     from pathlib import Path
     directory = next(p for p in (Path(__file__).parent / "fixtures" / "manylangs").iterdir() if (p / "config.json").is_file())
-    assert choose_model(str(directory), manylangs=True) == directory
+    model = resolve(str(directory))
+    assert isinstance(model, ManyLangsModel) and model.directory == directory
+    assert model.load().config.token_input is not None
     with pytest.raises(ModelFileError, match="an ELMoForManyLangs model directory"):
-        choose_model(str(directory))
+        model.original_files()

@@ -111,11 +111,11 @@ def test_sense_margins_reads_the_target_token_of_each_sentence(one_thread):
     """Through a real (random-weight) biLM: layer 0 is context-free, so the same word gives margin 0;
     a wrong position would pick other words and break that."""
     from elmo.embedder import Embedder
-    from elmo.models import resolve_model
+    from elmo.models import resolve
     from elmo.weights import load_bilm
 
     torch.manual_seed(0)
-    embedder = Embedder(load_bilm(resolve_model("default").options_file, None))
+    embedder = Embedder(load_bilm(resolve("default").original_files().options_file, None))
     occurrences = {word: [Occurrence(word, sense, sentence.split(), sentence.split().index(word))
                           for sense, sentence in items]
                    for word, items in {
@@ -135,12 +135,12 @@ def test_lab_examples_read_each_preset_word_in_its_own_sentences(one_thread):
     vector in every sentence (distance 0), the LSTM layers do not."""
     from elmo.embedder import Embedder
     from elmo.lab.examples import AMBIGUOUS
-    from elmo.models import resolve_model
+    from elmo.models import resolve
     from elmo.weights import load_bilm
 
     script = load_script("scripts/sense_check.py")
     torch.manual_seed(0)
-    lines = script.lab_examples(Embedder(load_bilm(resolve_model("default").options_file, None)))
+    lines = script.lab_examples(Embedder(load_bilm(resolve("default").original_files().options_file, None)))
     rows = [line.split() for line in lines[1:]]
     assert [(r[0], int(r[1])) for r in rows] == [(w, layer) for w in AMBIGUOUS for layer in range(3)]
     assert all(float(r[2]) == 0 and float(r[3]) == 0 and r[4] == "no" for r in rows if r[1] == "0")

@@ -15,7 +15,7 @@ from .embedder import Embedder
 from .errors import ElmoError, InputError, ModelFileError
 from .legacy import ElmoEmbedder
 from .manylangs import load_manylangs
-from .models import ModelFiles, load_model, resolve_model
+from .models import ModelFiles, load_model
 from .options import BiLMConfig, read_options
 from .scalar_mix import ScalarMix
 from .weights import load_bilm, save_bilm
@@ -23,6 +23,6 @@ from .weights import load_bilm, save_bilm
 __all__ = [
     "BiLM", "BiLMOutput", "BiLMConfig", "CharEncoder", "Elmo", "ElmoEmbedder", "ElmoError", "Embedder", "InputError", "LstmLayer",
     "LstmStack", "ModelFileError", "ModelFiles", "ScalarMix", "add_sentence_boundaries", "batch_to_ids", "load_bilm",
-    "load_manylangs", "load_model", "read_options", "remove_sentence_boundaries", "resolve_model", "save_bilm",
+    "load_manylangs", "load_model", "read_options", "remove_sentence_boundaries", "save_bilm",
 ]
 __version__ = "0.1.0"

@@ -12,6 +12,7 @@ from . import allennlp_state
 from .bilm import BiLM, remove_sentence_boundaries
 from .errors import InputError
 from .int8 import quantize_bilm
+from .models import resolve
 from .scalar_mix import ScalarMix
 from .weights import load_bilm
 
@@ -85,9 +86,7 @@ class Elmo(nn.Module):
     def from_pretrained(cls, name: str = "default", num_output_representations: int = 1, **kwargs) -> Elmo:
         """An `Elmo` on a bundled model or a model directory (options.json + weights.hdf5, or an
         ELMoForManyLangs directory: then build its inputs with `elmo.batch_to_ids(sentences)`)."""
-        from .models import load_model
-
-        module = load_model(name, stateful=kwargs.pop("stateful", False))
+        module = resolve(name).load(stateful=kwargs.pop("stateful", False))
         return cls(None, None, num_output_representations, module=module, **kwargs)
 
     @property

@@ -14,7 +14,7 @@ from .bilm import BiLM
 from .devices import check_device
 from .errors import InputError
 from .int8 import quantize_bilm
-from .models import ModelFiles, load_model, resolve_model
+from .models import Model, resolve
 from .weights import load_bilm
 
 LAYER_CHOICES = ("all", "top", "average")
@@ -65,8 +65,7 @@ class Embedder:
         self.device = check_device(device)
         self.batch_size = check_batch_size(batch_size)
         if bilm is None:
-            files = resolve_model("default")
-            bilm = load_bilm(files.options_file, files.weight_file)
+            bilm = resolve().load()
         if self.device.type == "cpu":
             keep_freed_memory()
         self.bilm = bilm.to(self.device).eval()
@@ -80,12 +79,10 @@ class Embedder:
         return cls(load_bilm(options_file, weight_file, stateful=stateful), **kwargs)
 
     @classmethod
-    def from_model(cls, model: str | os.PathLike | ModelFiles = "default", stateful: bool = False, **kwargs) -> Embedder:
-        """A bundled model by name ("default"), a model directory (options.json + weights.hdf5), or an
-        ELMoForManyLangs model directory (docs/manylangs.md)."""
-        if isinstance(model, ModelFiles):
-            return cls.from_files(model.options_file, model.weight_file, stateful=stateful, **kwargs)
-        return cls(load_model(model, stateful=stateful), **kwargs)
+    def from_model(cls, model: str | os.PathLike | Model = "default", stateful: bool = False, **kwargs) -> Embedder:
+        """A bundled model by name ("default"), a model directory (options.json + weights.hdf5), an
+        ELMoForManyLangs model directory (docs/manylangs.md), or a resolved `elmo.models.Model`."""
+        return cls(resolve(model).load(stateful=stateful), **kwargs)
 
     @property
     def stateful(self) -> bool:

@@ -20,7 +20,7 @@ from .embed_file import OutputSpec, check_output, embed_file, write_lines
 from .embedder import Embedder, check_batch_size
 from .errors import InputError, ModelFileError
 from .fileio import invalid_utf8
-from .models import resolve_model
+from .models import resolve
 
 DEFAULT_BATCH_SIZE = 64
 
@@ -47,7 +47,7 @@ class ElmoEmbedder:
             raise ModelFileError("ElmoEmbedder needs both options_file and weight_file, or neither "
                                  "(for the bundled default model)")
         if options_file is None:
-            files = resolve_model("default")
+            files = resolve().original_files()
             options_file, weight_file = files.options_file, files.weight_file
         if cuda_device >= 0 and not torch.cuda.is_available():
             raise InputError(f"cuda_device={cuda_device}: CUDA is not available on this machine")

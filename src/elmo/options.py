@@ -13,6 +13,8 @@ from .chars import MAX_CHARS
 from .errors import ModelFileError
 from .fileio import atomic_path
 
+OPTIONS_NAME = "options.json"  # its name in a model directory
+
 
 @dataclass(frozen=True)
 class TokenInput:

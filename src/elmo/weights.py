@@ -15,6 +15,8 @@ from .errors import ModelFileError
 from .fileio import atomic_path
 from .options import BiLMConfig, read_options, write_options
 
+WEIGHTS_NAME = "weights.hdf5"  # its name in a model directory
+
 
 def dataset_map(bilm: BiLM) -> dict[str, tuple[torch.Tensor, tuple[int, ...]]]:
     """Every weights.hdf5 dataset name -> (the parameter holding it, its shape in the file)."""

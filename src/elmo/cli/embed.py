@@ -11,7 +11,7 @@ from ..embed_parallel import Ranks, embed_corpus
 from ..embedder import Embedder, check_batch_size, check_int8_choice
 from ..errors import InputError
 from ..fileio import check_not_input
-from ..models import choose_model
+from ..models import resolve
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -62,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def load_embedder(args: argparse.Namespace) -> Embedder:
     check_batch_size(args.batch_size, "--batch-size")
     check_device(args.device, "--device")
-    model = choose_model(args.model, args.options, args.weights, manylangs=True)
+    model = resolve(args.model, args.options, args.weights)
     return Embedder.from_model(model, stateful=args.stateful, device=args.device, batch_size=args.batch_size, bf16=args.bf16,
                                int8=args.int8)
 

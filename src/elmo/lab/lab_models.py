@@ -16,7 +16,7 @@ import numpy as np
 from ..bilm import BiLM
 from ..embedder import Embedder
 from ..errors import InputError, ModelFileError
-from ..models import choose_model
+from ..models import resolve
 from ..weights import load_bilm
 from . import results as results_mod
 from .lm_head import LMHead
@@ -81,7 +81,7 @@ class LabModels:
              data_dir: Path | None = None) -> LabModels:
         """Load from a model name/folder (or options + weights) and the optional task parts."""
         try:
-            files = choose_model(model, options, weights)
+            files = resolve(model, options, weights).original_files()
         except ModelFileError as e:
             hint = "" if model or options else "; give --model DIR, or --options and --weights"
             raise ModelFileError(f"{e}{hint}") from e

@@ -23,7 +23,7 @@ from ..embed_file import embed_file
 from ..embedder import Embedder
 from ..errors import InputError
 from ..fileio import atomic_path, hash_file
-from ..models import ModelFiles, choose_model
+from ..models import resolve
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class ElmoSpec:
 
     @classmethod
     def resolve(cls, model: str | None = None, options: str | None = None, weights: str | None = None) -> ElmoSpec:
-        files: ModelFiles = choose_model(model, options, weights)
+        files = resolve(model, options, weights).original_files()
         return cls(os.path.abspath(files.options_file), os.path.abspath(files.weight_file), model)
 
     def embedder(self, batch_size: int = 32, device: str = "cpu") -> Embedder:

@@ -11,8 +11,8 @@ import torch
 from ..errors import ModelFileError
 from ..fileio import atomic_path
 from ..torch_files import check_plain, load_torch_file
+from .settings import CHECKPOINT_DIR
 
-CHECKPOINT_DIR = "checkpoints"
 _NAME = re.compile(r"^ckpt-(\d+)\.pt$")
 
 

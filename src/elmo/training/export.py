@@ -17,13 +17,14 @@ from ..bilm import BiLM
 from ..chars import N_CODES
 from ..errors import InputError
 from ..fileio import atomic_dir, check_not_input
-from ..models import OPTIONS_NAME, SOFTMAX_NAME, VOCAB_NAME, WEIGHTS_NAME, ModelFiles
-from ..options import BiLMConfig, read_options
-from ..weights import save_bilm
+from ..models import ModelFiles
+from ..options import OPTIONS_NAME, BiLMConfig, read_options
+from ..weights import WEIGHTS_NAME, save_bilm
 from .checkpoint import latest_checkpoint, load_checkpoint
 from .model import LanguageModel
-from .softmax import Softmax, save_softmax
-from .vocab import Vocab, write_vocab
+from .settings import CHECKPOINT_DIR
+from .softmax import SOFTMAX_NAME, Softmax, save_softmax
+from .vocab import VOCAB_NAME, Vocab, write_vocab
 
 
 def inference_options(options: dict) -> dict:
@@ -40,7 +41,7 @@ def load_run(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = 
         raise InputError(f"{run}: not a training run directory ({OPTIONS_NAME} and {VOCAB_NAME} expected)")
     path = Path(checkpoint) if checkpoint is not None else latest_checkpoint(run)
     if path is None:
-        raise InputError(f"{run}: no checkpoint yet in {run / 'checkpoints'}")
+        raise InputError(f"{run}: no checkpoint yet in {run / CHECKPOINT_DIR}")
     config = BiLMConfig.from_options(inference_options(read_options(run / OPTIONS_NAME).raw), source=str(run / OPTIONS_NAME))
     vocab = Vocab.load(run / VOCAB_NAME)
     model = LanguageModel(config, len(vocab), bilm=BiLM(config, char_rows=N_CODES))

@@ -11,11 +11,10 @@ from __future__ import annotations
 import math
 import os
 import sys
-from pathlib import Path
 
 import torch
 
-from ..models import resolve_model
+from ..models import TrainingRun, resolve
 from .data import SentenceBatcher, SentenceSource, StreamBatcher, expand_corpus
 from .export import load_model_dir, load_run
 from .model import LanguageModel, detach_states
@@ -24,10 +23,11 @@ from .vocab import Vocab
 
 def load_for_scoring(model: str | os.PathLike, vocab_file: str | os.PathLike | None = None) -> tuple[LanguageModel, Vocab]:
     """A training run directory (latest checkpoint), a MODEL_DIR or a bundled model name."""
-    if (Path(model) / "checkpoints").is_dir():
-        lm, vocab, _ = load_run(model)
+    resolved = resolve(model)
+    if isinstance(resolved, TrainingRun):
+        lm, vocab, _ = load_run(resolved.directory)
         return lm, (Vocab.load(vocab_file) if vocab_file else vocab)
-    return load_model_dir(resolve_model(model), vocab_file)
+    return load_model_dir(resolved.original_files(), vocab_file)
 
 
 @torch.no_grad()

@@ -6,16 +6,17 @@ from __future__ import annotations
 import copy
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
-from ..models import OPTIONS_NAME, VOCAB_NAME, ModelFiles
-from ..options import BiLMConfig, read_options
+from ..options import OPTIONS_NAME, BiLMConfig, read_options
 from .data import BATCHINGS, CHUNK_LINES, count_targets
-from .vocab import Vocab
+from .vocab import VOCAB_NAME, Vocab
 
-RUN_FILE, METRICS_FILE = "run.json", "metrics.jsonl"
+# A run directory: what `elmo train` writes there (models.py recognises a run by these names).
+RUN_FILE, METRICS_FILE, CHECKPOINT_DIR = "run.json", "metrics.jsonl", "checkpoints"
 # Our setting name -> bilm-tf's options.json key, and the original recipe's value.
 OPTION_KEYS = {
     "batch_size": ("batch_size", 128),
@@ -99,14 +100,15 @@ def validate(options: dict, run: dict) -> None:
     check(run["batching"] in BATCHINGS, f"--batching must be one of {', '.join(BATCHINGS)}, found {run['batching']!r}")
 
 
-def fresh_run(s: TrainSettings) -> tuple[dict, dict, Vocab]:
-    """Options (architecture + training keys) and run.json contents for a new run."""
+def fresh_run(s: TrainSettings, model_options: Callable[[str], dict]) -> tuple[dict, dict, Vocab]:
+    """Options (architecture + training keys) and run.json contents for a new run. `model_options`:
+    `--init-from`'s model -> its options (resolved by the caller: models.py sits above this module)."""
     check(bool(s.train), "--train is required (a file or glob of tokenized text, one sentence per line)")
     check(s.vocab is not None, "--vocab is required (make one with `elmo vocab`)")
     if s.init_from is not None:
         check(s.weight_init is None, "--init-from starts from that model's weights; drop --weight-init")
         check(s.options is None, "--init-from takes the architecture from MODEL_DIR/options.json; drop --options/--preset")
-        options = read_options(ModelFiles.from_dir(s.init_from).options_file).to_options()
+        options = model_options(s.init_from)
     else:
         check(s.options is not None, "give the architecture: --preset NAME, --options options.json or --init-from MODEL_DIR")
         options = copy.deepcopy(s.options)

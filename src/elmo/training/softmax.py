@@ -20,6 +20,8 @@ from torch import nn
 from ..errors import ModelFileError
 from ..fileio import atomic_path
 
+SOFTMAX_NAME = "softmax.hdf5"  # its name in an exported model directory
+
 
 class Softmax(nn.Module):
     """W (V, P) and b (V,), initialised as bilm-tf does (normal, std 1/sqrt(P); zeros).

@@ -25,8 +25,8 @@ import torch
 from ..allocator import keep_freed_memory
 from ..devices import cpu_has_bf16
 from ..fileio import atomic_path, check_not_input
-from ..models import OPTIONS_NAME, VOCAB_NAME, ModelFiles
-from ..options import BiLMConfig, write_options
+from ..models import resolve
+from ..options import OPTIONS_NAME, BiLMConfig, read_options, write_options
 from ..weights import load_bilm
 from . import TrainingError, distributed
 from .checkpoint import (
@@ -38,6 +38,7 @@ from .checkpoint import (
 from .data import expand_corpus, head_counts, make_batcher
 from .model import LanguageModel, detach_states, kim_initialise_
 from .settings import (
+    CHECKPOINT_DIR,
     CONTROL_DEFAULTS,
     METRICS_FILE,
     OBJECTIVES,
@@ -49,7 +50,7 @@ from .settings import (
     total_steps,
 )
 from .softmax import LogUniformSampler, load_softmax
-from .vocab import Vocab, check_frequency_order, write_vocab
+from .vocab import VOCAB_NAME, Vocab, check_frequency_order, write_vocab
 
 __all__ = ["TrainSettings", "train"]
 
@@ -67,7 +68,7 @@ def _build_model(options: dict, vocab: Vocab, run: dict, rank: int, init: bool =
     if init and run.get("weight_init") == "kim":
         kim_initialise_(model)
     if init and run.get("init_from"):
-        files = ModelFiles.from_dir(run["init_from"])
+        files = resolve(run["init_from"]).original_files()
         state = load_bilm(files.options_file, files.weight_file).state_dict()
         table = state["char_encoder.char_embed"]
         if table.shape[0] == model.bilm.char_encoder.char_embed.shape[0] + 1:
@@ -76,6 +77,10 @@ def _build_model(options: dict, vocab: Vocab, run: dict, rank: int, init: bool =
         if files.softmax_file is not None:
             model.softmax = load_softmax(files.softmax_file, len(vocab), config.projection_dim)
     return model, generator
+
+
+def _model_options(model: str) -> dict:
+    return read_options(resolve(model).original_files().options_file).to_options()
 
 
 def freeze_parameters(model: torch.nn.Module, patterns: list[str]) -> list[str]:
@@ -145,7 +150,7 @@ def _open_run(s: TrainSettings, rank: int, world: int) -> tuple[dict, dict, Voca
     checkpoint = None
     if s.resume:
         path = latest_checkpoint(out)
-        check(path is not None, f"{out}: --resume found no checkpoint in {out / 'checkpoints'}")
+        check(path is not None, f"{out}: --resume found no checkpoint in {out / CHECKPOINT_DIR}")
         options, run, vocab = resumed_run(s, out)
         checkpoint = load_checkpoint(path)
         check(checkpoint["world_size"] == world,
@@ -153,7 +158,7 @@ def _open_run(s: TrainSettings, rank: int, world: int) -> tuple[dict, dict, Voca
     else:
         check(not list_checkpoints(out), f"{out}: already holds a training run; pass --resume to continue it, or choose another --out")
         check_not_input(out, {"--train": s.train, "--vocab": s.vocab, "--init-from": s.init_from}, "--out", folder=True)
-        options, run, vocab = fresh_run(s)
+        options, run, vocab = fresh_run(s, _model_options)
     control = {k: getattr(s, k) if getattr(s, k) is not None else run.get("control", {}).get(k, v)
                for k, v in CONTROL_DEFAULTS.items()}
     check(all(v > 0 for v in control.values()),

@@ -17,6 +17,8 @@ from ..errors import InputError, ModelFileError
 from ..fileio import atomic_path, iter_lines
 from .data import expand_corpus, read_sentences
 
+VOCAB_NAME = "vocab.txt"  # its name in a run or exported model directory
+
 UNK_TOKEN = "<UNK>"
 SPECIALS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
 SKIPPED_LINE = "!!!MAXTERMID"  # bilm-tf skips this line of old vocab files
