@@ -1,0 +1,50 @@
+"""`elmo models` and `elmo download` (thin commands over elmo.hub), and the README's generated table."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from conftest import REPO, load_script
+from hub_server import serve
+from test_hub_download import hub_env  # noqa: F401 (fixture)
+
+from elmo.cli import main
+from elmo.hub.catalog import published_models
+from elmo.hub.fetch import fetch
+
+
+def test_models_lists_every_catalog_model_and_the_bundled_one(hub_env, capsys):  # noqa: F811
+    assert main(["models"]) == 0
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert names == ["default"] + [m.name for m in published_models()]
+    assert main(["models", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in rows] == names
+    original = next(r for r in rows if r["name"] == "original")
+    assert original["vector_size"] == 1024 and original["cached"] == "" and original["download_size"] == 374_434_792 + 336
+
+
+def test_download_by_url_prints_where_and_models_shows_cached(hub_env, capsys):  # noqa: F811
+    with serve({"/a/weights.hdf5": b"x" * 5000}) as server:
+        url = server.url("/a/weights.hdf5")
+        assert main(["download", url]) == 0
+        out = capsys.readouterr().out
+        assert f"{url}: {fetch(url)}" in out and f"cache: {hub_env / 'elmo-cache'}" in out
+        server.faults["/b.hdf5"] = "404"
+        assert main(["download", server.url("/b.hdf5")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"elmo download: error: {server.url('/b.hdf5')}: HTTP 404 Not Found (no such file on the server: "
+                       "check the URL)"]
+
+
+def test_download_of_an_unknown_name_says_where_names_are(hub_env, capsys):  # noqa: F811
+    assert main(["download", "no-such-model"]) == 2
+    assert "`elmo models` lists the names" in capsys.readouterr().err
+
+
+def test_readme_table_is_the_generated_one():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    found = re.search(r"<!-- published-models:start -->\n(.*?)<!-- published-models:end -->", readme, re.S).group(1)
+    assert found == load_script("scripts/published_models_table.py").markdown_table(), \
+        "README's table differs from the catalog: run python scripts/published_models_table.py and paste it"
