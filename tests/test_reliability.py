@@ -262,3 +262,158 @@ def test_failed_export_overwrite_leaves_the_folder_as_it_was(tmp_path, monkeypat
     monkeypatch.undo()
     assert main(["export", str(run), "-o", str(out), "--overwrite", "--float16"]) == 0
     assert (out / "README").read_text() == "mine" and (out / "weights.hdf5").read_bytes() != before["weights.hdf5"]
+
+
+# ---- 3. nothing non-finite passes silently ----------------------------------------------------------------------
+
+def manylangs_copy(tmp_path: Path, name: str = "ml") -> Path:
+    d = tmp_path / name
+    shutil.copytree(MANYLANGS, d)
+    (d / "expected.npz").unlink()
+    return d
+
+
+def _edit_arch(d: Path, section: str, key: str, value) -> None:
+    arch = json.loads((d / "arch.json").read_text())
+    arch[section][key] = value
+    (d / "arch.json").write_text(json.dumps(arch))  # json writes NaN / Infinity as Python reads them
+
+
+@pytest.mark.parametrize("key,value", [("cell_clip", float("nan")), ("proj_clip", float("nan")),
+                                       ("cell_clip", float("inf")), ("proj_clip", -1.0)])
+def test_manylangs_clip_that_is_not_finite_is_refused(tmp_path, key, value):
+    from elmo.manylangs import load_manylangs
+
+    d = manylangs_copy(tmp_path)
+    _edit_arch(d, "encoder", key, value)
+    with pytest.raises(ModelFileError, match=f"encoder.{key}"):
+        load_manylangs(d)
+
+
+def test_non_finite_weights_are_refused_by_every_loader(tmp_path, micro_run):
+    import h5py
+
+    from elmo import Elmo
+    from elmo.manylangs import load_manylangs
+    from elmo.training.checkpoint import latest_checkpoint, load_checkpoint
+    from elmo.training.softmax import load_softmax
+
+    d = manylangs_copy(tmp_path)
+    state = torch.load(d / "encoder.pkl", weights_only=True)
+    next(iter(state.values()))[0] = float("nan")
+    torch.save(state, d / "encoder.pkl")
+    with pytest.raises(ModelFileError, match="NaN or infinite"):
+        load_manylangs(d)
+
+    run, _ = micro_run
+    ckpt = load_checkpoint(latest_checkpoint(run))
+    name = next(iter(ckpt["model"]))
+    ckpt["model"][name] = ckpt["model"][name].clone().fill_(float("inf"))
+    torch.save(ckpt, tmp_path / "inf.pt")
+    with pytest.raises(ModelFileError, match="NaN or infinite"):
+        load_checkpoint(tmp_path / "inf.pt")
+
+    with h5py.File(tmp_path / "softmax.hdf5", "w") as f:
+        f["W"], f["b"] = torch.full((3, 2), float("nan")).numpy(), torch.zeros(3).numpy()
+    with pytest.raises(ModelFileError, match="'W' contains NaN"):
+        load_softmax(tmp_path / "softmax.hdf5", 3, 2)
+
+    elmo = Elmo.from_pretrained(str(MANYLANGS), num_output_representations=1)
+    good = {k: v.clone() for k, v in elmo.state_dict().items()}
+    bad = dict(good)
+    key = next(k for k, v in good.items() if v.is_floating_point() and v.numel() > 1)
+    bad[key] = torch.full_like(good[key], float("nan"))
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        elmo.load_state_dict(bad)
+    assert all(torch.equal(v, good[k]) for k, v in elmo.state_dict().items())
+
+
+def test_failed_strict_load_state_dict_leaves_the_module_as_it_was():
+    from elmo import Elmo
+
+    elmo = Elmo.from_pretrained(str(MANYLANGS), num_output_representations=1)
+    good = {k: v.clone() for k, v in elmo.state_dict().items()}
+    changed = {k: v + 1 if v.is_floating_point() else v for k, v in good.items()}
+    changed.pop(next(iter(changed)))  # one key missing: strict loading fails after copying the others
+    with pytest.raises(RuntimeError):
+        elmo.load_state_dict(changed)
+    assert all(torch.equal(v, good[k]) for k, v in elmo.state_dict().items())
+
+
+def test_float16_export_refuses_values_beyond_its_range_unless_clipped(tmp_path, capsys, micro_run, one_thread):
+    import h5py
+    import numpy as np
+
+    from elmo.cli import main
+    from elmo.training.checkpoint import latest_checkpoint, load_checkpoint
+
+    run, _ = micro_run
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    path = latest_checkpoint(copy)
+    ckpt = load_checkpoint(path)
+    name = next(k for k in ckpt["model"] if "softmax" not in k and ckpt["model"][k].is_floating_point())
+    ckpt["model"][name] = ckpt["model"][name].clone()
+    ckpt["model"][name].view(-1)[0] = 1e6
+    torch.save(ckpt, path)
+    for flag in ("--float16", "--softmax-float16"):
+        if flag == "--softmax-float16":
+            ckpt["model"]["softmax.W"].view(-1)[0] = -7e4
+            torch.save(ckpt, path)
+        err = _refused(capsys, ["export", str(copy), "-o", str(tmp_path / "m16"), flag], "65504", "--clip-float16")
+        assert not (tmp_path / "m16").exists(), err
+    assert main(["export", str(copy), "-o", str(tmp_path / "m16"), "--float16", "--clip-float16"]) == 0
+    for file in ("weights.hdf5", "softmax.hdf5"):
+        with h5py.File(tmp_path / "m16" / file) as f:
+            f.visititems(lambda n, obj: isinstance(obj, h5py.Dataset) and obj.dtype.kind == "f"
+                         and np.testing.assert_array_equal(np.isfinite(obj[...]), True))
+
+
+def test_json_output_is_always_json(tmp_path, capsys, monkeypatch, micro_run, one_thread):
+    import elmo.training.perplexity as scoring
+    from elmo.cli import main
+    from elmo.fileio import json_text
+
+    assert json.loads(json_text({"a": float("inf"), "b": [float("nan"), 1.5]})) == {"a": None, "b": [None, 1.5]}
+    run, _ = micro_run
+    monkeypatch.setattr(scoring, "perplexity", lambda *a, **k: {"forward": float("inf"), "backward": float("nan"),
+                                                                 "average": float("inf"), "tokens": 3})
+    corpus = tmp_path / "t.txt"
+    corpus.write_text("a b\n")
+    assert main(["perplexity", str(run), "--test", str(corpus), "--json", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out)["forward"] is None and "Infinity" not in out and "NaN" not in out
+
+
+# ---- 4. values that mean nothing are refused -----------------------------------------------------------------
+
+@pytest.mark.parametrize("flag", [["--max-steps", "0"], ["--max-steps", "-1"], ["--batch-size", "100000000"],
+                                  ["--batch-size", "0"], ["--lr", "inf"], ["--lr", "nan"], ["--epochs", "nan"],
+                                  ["--epochs", "0"], ["--dropout", "nan"], ["--clip-norm", "inf"],
+                                  ["--unroll-steps", "-3"], ["--max-minutes", "nan"], ["--negatives", "0"]])
+def test_training_values_that_mean_nothing_are_refused(tmp_path, capsys, micro_run, flag):
+    _, flags = micro_run
+    _refused(capsys, ["train", *flags, "--out", str(tmp_path / "run"), *flag], flag[0])
+    assert not (tmp_path / "run").exists()
+
+
+def test_perplexity_batch_beyond_memory_is_refused(capsys, micro_run, tmp_path):
+    run, _ = micro_run
+    corpus = tmp_path / "t.txt"
+    corpus.write_text("a b\n")
+    _refused(capsys, ["perplexity", str(run), "--test", str(corpus), "--batch-size", "100000000"], "--batch-size")
+
+
+@pytest.mark.parametrize("section,key,value", [
+    ("encoder", "dim", 10**9), ("encoder", "n_layers", 10**6), ("encoder", "projection_dim", 2**31),
+    ("token_embedder", "filters", [[1, 2**31]]), ("token_embedder", "max_characters_per_token", 10**6),
+    ("token_embedder", "n_highway", 10**5), ("token_embedder", "char_dim", 10**7), ("encoder", "dim", 2.5),
+])
+def test_manylangs_sizes_beyond_the_files_are_refused_before_allocating(tmp_path, section, key, value):
+    from elmo.manylangs import load_manylangs
+
+    d = manylangs_copy(tmp_path)
+    _edit_arch(d, section, key, value)
+    with pytest.raises(ModelFileError) as info:
+        load_manylangs(d)
+    assert "\n" not in str(info.value) and (key in str(info.value) or "calls for" in str(info.value))

@@ -140,6 +140,25 @@ class Elmo(nn.Module):
             return []
         return allennlp_state.elmo_rules(self._elmo_lstm, has_word_cache=self._word_cache is not None)
 
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """torch's, all or nothing: a non-finite tensor is refused, and a load that fails (a missing or
+        misshapen key under strict=True) leaves every weight as it was, not half replaced."""
+        for name, value in state_dict.items():
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and not torch.isfinite(value).all():
+                raise ValueError(f"state_dict['{name}'] holds NaN or infinite values; nothing was loaded")
+        before = {k: v.detach().clone() for k, v in self._tensors().items()}
+        try:
+            return super().load_state_dict(state_dict, strict=strict, assign=assign)
+        except Exception:
+            with torch.no_grad():
+                for k, v in self._tensors().items():
+                    if k in before and v.shape == before[k].shape:
+                        v.copy_(before[k])
+            raise
+
+    def _tensors(self) -> dict[str, torch.Tensor]:
+        return dict(self.named_parameters(remove_duplicate=False)) | dict(self.named_buffers())
+
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
         """Take AllenNLP's keys and layouts (or this class's earlier ones) by converting them to the

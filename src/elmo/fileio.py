@@ -301,3 +301,20 @@ def _link_or_copy(source: str, target: str) -> str:
     except OSError:
         shutil.copy2(source, target, follow_symlinks=False)
     return target
+
+
+def json_text(value, indent: int | None = None) -> str:
+    """Strict JSON (RFC 8259): a NaN or infinite number becomes null, never the non-JSON `NaN`/`Infinity`."""
+    import json
+    import math
+
+    def clean(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+
+    return json.dumps(clean(value), indent=indent, allow_nan=False)

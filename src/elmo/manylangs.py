@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,6 +50,7 @@ SHIPPED_ARCHITECTURE = {
     "classifier": {"name": "sampled_softmax", "n_samples": 8192},
     "dropout": 0.1,
 }
+MAX_CHARS_LIMIT = 1000  # characters per token (theirs: 50); each token's ids take this many slots
 SHIPPED_CONFIGS = ("cnn_50_100_512_4096_sample.json", "cnn_0_100_512_4096_sample.json")
 
 
@@ -136,10 +138,10 @@ def _section(arch: Any, name: str, source: str) -> dict:
     return value
 
 
-def _int(sec: dict, key: str, where: str, source: str, minimum: int = 1) -> int:
+def _int(sec: dict, key: str, where: str, source: str, minimum: int = 1, maximum: int = 1 << 20) -> int:
     value = sec.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ModelFileError(f"{source}: '{where}.{key}' must be an integer >= {minimum}, found {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise ModelFileError(f"{source}: '{where}.{key}' must be an integer from {minimum} to {maximum}, found {value!r}")
     return value
 
 
@@ -147,8 +149,8 @@ def _clip(sec: dict, key: str, source: str) -> float | None:
     value = sec.get(key)
     if value is None or value == 0:  # their `if clip_value:` skips 0 and null
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ModelFileError(f"{source}: 'encoder.{key}' must be a non-negative number or null, found {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ModelFileError(f"{source}: 'encoder.{key}' must be a finite non-negative number or null, found {value!r}")
     return float(value)
 
 
@@ -156,7 +158,7 @@ def _filters(te: dict, source: str) -> tuple[tuple[int, int], ...]:
     filters = te.get("filters")
     if (not isinstance(filters, list) or not filters
             or not all(isinstance(f, list) and len(f) == 2 for f in filters)
-            or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for f in filters for x in f)):
+            or not all(isinstance(x, int) and not isinstance(x, bool) and 0 < x <= 1 << 20 for f in filters for x in f)):
         raise ModelFileError(f"{source}: 'token_embedder.filters' must be a non-empty list of [width, count] "
                              f"pairs, found {filters!r}")
     return tuple((w, n) for w, n in filters)
@@ -175,7 +177,7 @@ def architecture_config(arch: Any, source: str, char_rows: int, char_pad: int, w
     word_dim = _int(te, "word_dim", "token_embedder", source, minimum=0)
     if not char_dim and not word_dim:
         raise ModelFileError(f"{source}: 'token_embedder' has char_dim 0 and word_dim 0: the model reads nothing")
-    max_chars = _int(te, "max_characters_per_token", "token_embedder", source, minimum=3)
+    max_chars = _int(te, "max_characters_per_token", "token_embedder", source, minimum=3, maximum=MAX_CHARS_LIMIT)
     filters, n_highway, activation = (), 0, "relu"
     if char_dim:
         filters, n_highway = _filters(te, source), _int(te, "n_highway", "token_embedder", source, minimum=0)
@@ -193,6 +195,28 @@ def architecture_config(arch: Any, source: str, char_rows: int, char_pad: int, w
         token_input=TokenInput(char_rows=char_rows, char_pad=char_pad, word_rows=word_rows if word_dim else 0,
                                word_dim=word_dim),
     )
+
+
+def parameter_counts(c: BiLMConfig) -> tuple[int, int]:
+    """How many numbers token_embedder.pkl and encoder.pkl must hold for this architecture."""
+    ti, nf = c.token_input, c.n_filters
+    token = ti.word_rows * c.word_dim + c.projection_dim * (c.token_features + 1)
+    if c.reads_chars:
+        token += ti.char_rows * c.char_dim + sum(n * (c.char_dim * w + 1) for w, n in c.filters)
+        token += c.n_highway * 2 * nf * (nf + 1)
+    encoder = c.n_layers * 2 * (4 * c.dim * (2 * c.projection_dim + 1) + c.projection_dim * c.dim)
+    return token, encoder
+
+
+def check_sizes(config: BiLMConfig, directory: Path, source: str) -> None:
+    """The architecture's sizes must be ones the weight files can hold (2 bytes a number at the least),
+    checked before anything is allocated: a config that asks for 10^9 cells fails here, at once."""
+    for name, count in zip((TOKEN_EMBEDDER_PKL, ENCODER_PKL), parameter_counts(config)):
+        size = (directory / name).stat().st_size
+        if 2 * count > size:
+            raise ModelFileError(f"{directory / name}: not a torch state_dict of this architecture: it holds {size:,} "
+                                 f"bytes, and {source} calls for {count:,} weights in it (does the architecture "
+                                 "JSON belong to these files?)")
 
 
 class ManyLangsLexicon:
@@ -278,6 +302,7 @@ def load_manylangs(directory: str | os.PathLike, stateful: bool = False) -> BiLM
     if words is not None:
         _check_lexicon(d / WORD_DIC, words, WORD_SPECIALS)
     config = architecture_config(arch, source, len(chars or ()), (chars or {}).get("<pad>", 0), len(words or ()))
+    check_sizes(config, d, source)
     bilm = BiLM(config, stateful=stateful, lexicon=ManyLangsLexicon(chars, words, config.max_chars))
     fill_weights(bilm, read_state_dict(d / TOKEN_EMBEDDER_PKL), read_state_dict(d / ENCODER_PKL), d)
     return bilm

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from ..devices import check_device
 from ..errors import InputError
+from ..fileio import json_text
 from ..options import read_options
 from . import settings_from_args
 
@@ -113,6 +113,9 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--float16", action="store_true",
                    help="store every weight (biLM and softmax) as float16: half the size, read back as float32; "
                    "the original tools expect float32")
+    p.add_argument("--clip-float16", action="store_true",
+                   help="with --float16/--softmax-float16: clip weights beyond float16's range to +-65504 "
+                   "(without it such weights are refused, never stored as infinity)")
     p.add_argument("--overwrite", action="store_true", help="replace existing files in MODEL_DIR")
     p.set_defaults(func=run_export)
 
@@ -154,9 +157,13 @@ def run_perplexity(args: argparse.Namespace) -> int:
     import torch
 
     from ..training.perplexity import load_for_scoring, perplexity
+    from ..training.settings import MAX_TOKENS_PER_STEP
 
     if args.batch_size <= 0 or args.unroll_steps <= 0:
         raise InputError("--batch-size and --unroll-steps must be positive")
+    if args.batch_size * args.unroll_steps > MAX_TOKENS_PER_STEP:
+        raise InputError(f"--batch-size {args.batch_size} x --unroll-steps {args.unroll_steps} is more than "
+                         f"{MAX_TOKENS_PER_STEP:,} tokens per step")
     check_device(args.device, "--device")
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -164,7 +171,7 @@ def run_perplexity(args: argparse.Namespace) -> int:
     result = perplexity(model, vocab, args.test, mode=args.mode, batch_size=args.batch_size, unroll=args.unroll_steps,
                         device=args.device, progress=args.progress)
     if args.json:
-        print(json.dumps(result))
+        print(json_text(result))  # an infinite perplexity is null, so the line stays JSON
     else:
         print(f"forward {result['forward']:.2f}  backward {result['backward']:.2f}  average {result['average']:.2f}  "
               f"({result['tokens']:,} tokens, {result['mode']} mode)")
@@ -174,6 +181,7 @@ def run_perplexity(args: argparse.Namespace) -> int:
 def run_export(args: argparse.Namespace) -> int:
     from ..training.export import export_run
 
-    files = export_run(args.run_dir, args.output, args.checkpoint, args.softmax_float16, args.overwrite, float16=args.float16)
+    files = export_run(args.run_dir, args.output, args.checkpoint, args.softmax_float16, args.overwrite, float16=args.float16,
+                       clip_float16=args.clip_float16)
     print(f"{files.options_file.parent}: options.json, weights.hdf5, softmax.hdf5, vocab.txt", file=sys.stderr)
     return 0

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 
-from ..fileio import atomic_path
+from ..fileio import atomic_path, json_text
 
 
 def span_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict[str, float]:
@@ -44,5 +43,5 @@ def accuracy(gold: Sequence, predicted: Sequence) -> float:
 
 def write_json(path: str | os.PathLike, data: dict) -> None:
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, sort_keys=False)
+        f.write(json_text(data, indent=2))
         f.write("\n")

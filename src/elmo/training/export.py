@@ -50,7 +50,8 @@ def load_run(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = 
 
 
 def export_run(run_dir: str | os.PathLike, model_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = None,
-               softmax_float16: bool = False, overwrite: bool = False, float16: bool = False) -> ModelFiles:
+               softmax_float16: bool = False, overwrite: bool = False, float16: bool = False,
+               clip_float16: bool = False) -> ModelFiles:
     """A run's checkpoint as a model directory; `float16` stores every weight (softmax too) as float16.
 
     The directory is written whole under a temporary name and renamed, so a failed export (even with
@@ -62,11 +63,30 @@ def export_run(run_dir: str | os.PathLike, model_dir: str | os.PathLike, checkpo
     present = [n for n in names if (out / n).exists()]
     if present and not overwrite:
         raise InputError(f"{out}: already holds {', '.join(present)}; pass --overwrite to replace them")
+    _fit_float16(model, float16, softmax_float16 or float16, clip_float16)
     with torch.no_grad(), atomic_dir(out, replace=names) as tmp:
         save_bilm(model.bilm, Path(tmp) / OPTIONS_NAME, Path(tmp) / WEIGHTS_NAME, float16=float16)
         save_softmax(model.softmax, Path(tmp) / SOFTMAX_NAME, float16=softmax_float16 or float16)
         write_vocab(vocab.tokens, Path(tmp) / VOCAB_NAME)
     return ModelFiles.from_dir(out)
+
+
+FLOAT16_MAX = 65504.0  # float16's largest finite value; anything beyond becomes inf
+
+
+@torch.no_grad()
+def _fit_float16(model: LanguageModel, bilm: bool, softmax: bool, clip: bool) -> None:
+    """Weights stored as float16 must fit it: refused, or with `clip` clamped to +-65504, never inf."""
+    chosen = [(f"bilm.{n}", p) for n, p in model.bilm.named_parameters()] if bilm else []
+    chosen += [("softmax.W", model.softmax.W)] if softmax else []
+    for name, param in chosen:
+        largest = float(param.abs().max()) if param.numel() else 0.0
+        if largest > FLOAT16_MAX:
+            if not clip:
+                raise InputError(f"weight '{name}' reaches {largest:.6g}, beyond float16's largest value 65504: as "
+                                 "float16 it would be stored as infinity. Drop --float16/--softmax-float16, or pass "
+                                 "--clip-float16 to clip such values to +-65504")
+            param.clamp_(-FLOAT16_MAX, FLOAT16_MAX)
 
 
 def load_model_dir(files: ModelFiles, vocab_file: str | os.PathLike | None = None) -> tuple[LanguageModel, Vocab]:

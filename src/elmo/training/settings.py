@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -86,12 +87,34 @@ def check(ok: bool, message: str) -> None:
         raise InputError(message)
 
 
+MAX_TOKENS_PER_STEP = 1 << 22  # batch x unroll; the original recipe uses 128 x 20 = 2,560
+
+
+def check_flags(s: TrainSettings) -> None:
+    """Values that mean nothing are refused before any file is read or anything allocated."""
+    for name in ("max_steps", "checkpoint_every", "keep_checkpoints", "log_every", "threads", "batch_size",
+                 "unroll_steps", "negatives"):
+        value = getattr(s, name)
+        check(value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1),
+              f"--{name.replace('_', '-')} must be a positive integer, found {value!r}")
+    for name in ("epochs", "max_minutes", "checkpoint_minutes", "lr", "clip_norm"):
+        value = getattr(s, name)
+        check(value is None or (math.isfinite(value) and value > 0),
+              f"--{name.replace('_', '-')} must be a positive finite number, found {value!r}")
+    check(s.dropout is None or 0.0 <= s.dropout < 1.0, f"--dropout must be in [0, 1), found {s.dropout!r}")
+
+
 def validate(options: dict, run: dict) -> None:
+    tokens = options["batch_size"] * options["unroll_steps"] if all(
+        isinstance(options[k], int) for k in ("batch_size", "unroll_steps")) else 0
+    check(tokens <= MAX_TOKENS_PER_STEP, f"--batch-size {options['batch_size']} x --unroll-steps "
+          f"{options['unroll_steps']} is {tokens:,} tokens per step; at most {MAX_TOKENS_PER_STEP:,} are allowed (the original recipe: 2,560)")
     check(isinstance(options["batch_size"], int) and options["batch_size"] > 0, f"--batch-size must be a positive integer, found {options['batch_size']!r}")
     check(isinstance(options["unroll_steps"], int) and options["unroll_steps"] > 0, f"--unroll-steps must be a positive integer, found {options['unroll_steps']!r}")
     check(0.0 <= options["dropout"] < 1.0, f"--dropout must be in [0, 1), found {options['dropout']!r}")
-    check(options["all_clip_norm_val"] > 0, f"--clip-norm must be positive, found {options['all_clip_norm_val']!r}")
-    check(options["learning_rate"] > 0, f"--lr must be positive, found {options['learning_rate']!r}")
+    check(_positive(options["all_clip_norm_val"]), f"--clip-norm must be positive and finite, found {options['all_clip_norm_val']!r}")
+    check(_positive(options["learning_rate"]), f"--lr must be positive and finite, found {options['learning_rate']!r}")
+    check(_positive(options["n_epochs"]), f"--epochs must be positive and finite, found {options['n_epochs']!r}")
     check(isinstance(options["n_negative_samples_batch"], int) and options["n_negative_samples_batch"] > 0,
            f"--negatives must be a positive integer, found {options['n_negative_samples_batch']!r}")
     check(run["optimizer"] in LR_DEFAULTS, f"--optimizer must be one of {', '.join(LR_DEFAULTS)}, found {run['optimizer']!r}")
@@ -100,9 +123,14 @@ def validate(options: dict, run: dict) -> None:
     check(run["batching"] in BATCHINGS, f"--batching must be one of {', '.join(BATCHINGS)}, found {run['batching']!r}")
 
 
+def _positive(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
 def fresh_run(s: TrainSettings, model_options: Callable[[str], dict]) -> tuple[dict, dict, Vocab]:
     """Options (architecture + training keys) and run.json contents for a new run. `model_options`:
     `--init-from`'s model -> its options (resolved by the caller: models.py sits above this module)."""
+    check_flags(s)
     check(bool(s.train), "--train is required (a file or glob of tokenized text, one sentence per line)")
     check(s.vocab is not None, "--vocab is required (make one with `elmo vocab`)")
     if s.init_from is not None:
@@ -129,6 +157,7 @@ def fresh_run(s: TrainSettings, model_options: Callable[[str], dict]) -> tuple[d
 
 def resumed_run(s: TrainSettings, out: Path) -> tuple[dict, dict, Vocab]:
     """The stored settings; a flag that would change the computation is refused, not silently ignored."""
+    check_flags(s)
     check((out / RUN_FILE).is_file(), f"{out}: --resume needs a run directory made by `elmo train` ({RUN_FILE} is missing)")
     run = json.loads((out / RUN_FILE).read_text(encoding="utf-8"))
     options = read_options(out / OPTIONS_NAME).to_options()

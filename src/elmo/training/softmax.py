@@ -208,14 +208,22 @@ def load_softmax(path: str | os.PathLike, vocab_size: int, dim: int) -> Softmax:
         raise ModelFileError(f"{path}: not an HDF5 softmax file ({e})") from None
     with f:
         for name in ("W", "b"):
-            if name not in f:
+            if not isinstance(f.get(name), h5py.Dataset):
                 raise ModelFileError(f"{path}: missing dataset '{name}' (expected W (vocab, dim) and b (vocab,))")
-        w, b = f["W"][...], f["b"][...]
-    if w.shape != (vocab_size, dim) or b.shape != (vocab_size,):
-        raise ModelFileError(
-            f"{path}: W has shape {w.shape} and b {b.shape}, expected ({vocab_size}, {dim}) and ({vocab_size},) "
-            "for this vocabulary and model; is it the vocab.txt the model was trained with?"
-        )
+            if f[name].dtype.kind != "f":
+                raise ModelFileError(f"{path}: dataset '{name}' holds {f[name].dtype}, expected floats")
+        if f["W"].shape != (vocab_size, dim) or f["b"].shape != (vocab_size,):  # checked before reading
+            raise ModelFileError(
+                f"{path}: W has shape {f['W'].shape} and b {f['b'].shape}, expected ({vocab_size}, {dim}) and "
+                f"({vocab_size},) for this vocabulary and model; is it the vocab.txt the model was trained with?"
+            )
+        try:
+            w, b = f["W"][...], f["b"][...]
+        except OSError as e:
+            raise ModelFileError(f"{path}: cannot read W and b ({e})") from None
+    for name, values in (("W", w), ("b", b)):
+        if not np.isfinite(values).all():
+            raise ModelFileError(f"{path}: dataset '{name}' contains NaN or infinite values")
     softmax = Softmax(vocab_size, dim)
     with torch.no_grad():
         softmax.W.copy_(torch.from_numpy(w.astype(np.float32)))
