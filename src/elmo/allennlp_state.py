@@ -48,14 +48,15 @@ def _gates_swapped(t: torch.Tensor, cell_dim: int) -> torch.Tensor:
 
 def _char_table_rules(bilm: BiLM, base: str, theirs: str) -> list[Rule]:
     stored_rows = bilm.char_encoder.char_embed.shape[0]
+    byte_codes = bilm.config.token_input is None  # a lexicon model's table has no padding row to add
 
     def to_theirs(table: torch.Tensor) -> Tensors:  # AllenNLP always keeps the zero row for id 0
-        if stored_rows == N_CODES:
+        if byte_codes and stored_rows == N_CODES:
             table = torch.cat([table.new_zeros(1, table.shape[1]), table])
         return (table,)
 
     def to_ours(table: torch.Tensor) -> Tensors:  # row 0 is only ever looked up for padding
-        return (table[1:] if stored_rows == N_CODES and table.shape[0] == N_CODES + 1 else table,)
+        return (table[1:] if byte_codes and stored_rows == N_CODES and table.shape[0] == N_CODES + 1 else table,)
 
     return [Rule((f"{base}char_embed",), (f"{theirs}_char_embedding_weights",), to_theirs, to_ours)]
 
@@ -112,18 +113,29 @@ def _lstm_rules(layer: LstmLayer, base: str, theirs: str) -> list[Rule]:
     return rules
 
 
+def token_embedder_rules(bilm: BiLM, ours: str, theirs: str) -> list[Rule]:
+    """The character table (when the model reads characters), convolutions, highways and projection:
+    the biLM's keys under `ours`, AllenNLP's `_ElmoCharacterEncoder` keys under `theirs`."""
+    rules = _char_table_rules(bilm, f"{ours}char_encoder.", theirs) if bilm.config.reads_chars else []
+    return rules + _cnn_rules(bilm, f"{ours}char_encoder.", theirs)
+
+
+def encoder_rules(bilm: BiLM, ours: str, theirs: str) -> list[Rule]:
+    """Every LSTM layer of both directions, AllenNLP's `ElmoLstm` keys under `theirs`."""
+    rules = []
+    for k, (fwd, bwd) in enumerate(zip(bilm.forward_lstm.layers, bilm.backward_lstm.layers)):
+        rules += _lstm_rules(fwd, f"{ours}forward_lstm.layers.{k}.", f"{theirs}forward_layer_{k}.")
+        rules += _lstm_rules(bwd, f"{ours}backward_lstm.layers.{k}.", f"{theirs}backward_layer_{k}.")
+    return rules
+
+
 def elmo_rules(bilm: BiLM, has_word_cache: bool) -> list[Rule]:
     """All conversions between `Elmo`'s biLM (and word cache) and AllenNLP `Elmo`'s state_dict keys,
     in AllenNLP's key order. The scalar mixes need none: `Elmo` registers them under AllenNLP's names."""
-    ours, theirs = "_elmo_lstm.", "_elmo_lstm._token_embedder."
-    rules = _char_table_rules(bilm, f"{ours}char_encoder.", theirs)
-    rules += _cnn_rules(bilm, f"{ours}char_encoder.", theirs)
+    rules = token_embedder_rules(bilm, "_elmo_lstm.", "_elmo_lstm._token_embedder.")
     if has_word_cache:
         rules.append(Rule(("_word_cache",), ("_elmo_lstm._word_embedding.weight",), _same, _same))
-    for k, (fwd, bwd) in enumerate(zip(bilm.forward_lstm.layers, bilm.backward_lstm.layers)):
-        rules += _lstm_rules(fwd, f"{ours}forward_lstm.layers.{k}.", f"_elmo_lstm._elmo_lstm.forward_layer_{k}.")
-        rules += _lstm_rules(bwd, f"{ours}backward_lstm.layers.{k}.", f"_elmo_lstm._elmo_lstm.backward_layer_{k}.")
-    return rules
+    return rules + encoder_rules(bilm, "_elmo_lstm.", "_elmo_lstm._elmo_lstm.")
 
 
 def to_allennlp(state: dict, prefix: str, rules: list[Rule]) -> None:

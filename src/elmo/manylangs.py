@@ -31,6 +31,7 @@ import torch
 
 from .bilm import BiLM
 from .errors import ModelFileError
+from .manylangs_weights import load_weights
 from .options import BiLMConfig, TokenInput
 
 CONFIG_NAME, CHAR_DIC, WORD_DIC = "config.json", "char.dic", "word.dic"
@@ -286,8 +287,6 @@ def load_manylangs(directory: str | os.PathLike, stateful: bool = False) -> BiLM
 
     Every file is checked before use; an error names the file, what was expected and what was found.
     """
-    from .manylangs_weights import fill_weights, read_state_dict
-
     d = Path(directory)
     for name in (CONFIG_NAME, TOKEN_EMBEDDER_PKL, ENCODER_PKL):
         if not (d / name).is_file():
@@ -304,5 +303,6 @@ def load_manylangs(directory: str | os.PathLike, stateful: bool = False) -> BiLM
     config = architecture_config(arch, source, len(chars or ()), (chars or {}).get("<pad>", 0), len(words or ()))
     check_sizes(config, d, source)
     bilm = BiLM(config, stateful=stateful, lexicon=ManyLangsLexicon(chars, words, config.max_chars))
-    fill_weights(bilm, read_state_dict(d / TOKEN_EMBEDDER_PKL), read_state_dict(d / ENCODER_PKL), d)
+    load_weights(bilm, d / TOKEN_EMBEDDER_PKL, d / ENCODER_PKL,
+                 {"char_emb_layer": d / CHAR_DIC, "word_emb_layer": d / WORD_DIC})
     return bilm
