@@ -39,10 +39,11 @@ from elmo.bilm import BiLM
 from elmo.cli import main as elmo
 from elmo.options import BiLMConfig
 from elmo.training.checkpoint import latest_checkpoint, list_checkpoints
-from elmo.training.data import count_targets
+from elmo.training.data import BATCHINGS, count_targets
 from elmo.training.export import load_run
 from elmo.training.model import kim_initialise_
 from elmo.training.perplexity import perplexity
+from elmo.training.settings import OBJECTIVES, WEIGHT_INITS
 from elmo.training.softmax import Softmax, save_softmax
 from elmo.training.trainer import TrainSettings, train
 from elmo.training.vocab import Vocab
@@ -82,7 +83,7 @@ def write_initial_model(model_dir: Path, seed: int, init: str = "bilm-tf", vocab
     torch.manual_seed(seed)
     bilm = BiLM(BiLMConfig.from_options(kim_small(525)))
     model_dir.mkdir(parents=True, exist_ok=True)
-    if init == "kim":
+    if init == "kim":  # as `elmo train --weight-init kim` draws a fresh model
         kim_initialise_(bilm)
     with torch.no_grad():
         for stack in (bilm.forward_lstm, bilm.backward_lstm):
@@ -122,15 +123,16 @@ def main() -> None:
     p.add_argument("--projection-dim", type=int, default=525, choices=[300, 525],
                    help="the LSTM's output width (300: the earlier runs, a 525 -> 300 projection after the highway layer)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    p.add_argument("--batching", default="ordered", choices=["ordered", "stream", "sentence"],
+    p.add_argument("--batching", default="ordered", choices=BATCHINGS,
                    help="ordered (default): the text in order as 20 contiguous streams, as Kim et al.; stream: "
                    "shuffled sentences packed into rows (the sessions 8-14 run; issue #26's comparisons: 4.5%% worse "
                    "after 4 epochs)")
-    p.add_argument("--objective", default="mean", choices=["mean", "sum", "forward"],
+    p.add_argument("--objective", default="mean", choices=list(OBJECTIVES),
                    help="mean (bilm-tf's, the 25-epoch run) or sum of the direction losses, or the forward LM alone")
-    p.add_argument("--init", default="bilm-tf", choices=["bilm-tf", "kim"],
-                   help="bilm-tf's initialisation (the 25-epoch runs) or Kim et al.'s: every weight U(-0.05, 0.05) "
-                   "(write_initial_model; only with --projection-dim 525)")
+    p.add_argument("--weight-init", "--init", dest="init", default="bilm-tf", choices=WEIGHT_INITS,
+                   help="`elmo train --weight-init`: bilm-tf's draw or Kim et al.'s (kim_initialise_), applied here by "
+                   "write_initial_model before training because the projections are fixed (only with --projection-dim "
+                   "525; --init is its earlier name)")
     args = p.parse_args()
     data, out = Path(args.data), Path(args.out)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -141,7 +143,7 @@ def main() -> None:
         elmo(["vocab", str(data / "ptb.train.txt"), "-o", str(vocab)])
     records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     if records and records[-1].get("init", "bilm-tf") != args.init:
-        raise SystemExit(f"{log}: this run started with --init {records[-1].get('init', 'bilm-tf')}, not {args.init}")
+        raise SystemExit(f"{log}: this run started with --weight-init {records[-1].get('init', 'bilm-tf')}, not {args.init}")
     lr = records[-1]["next_lr"] if records else args.lr
     best = min((r["valid"]["forward"] for r in records), default=float("inf"))
     if args.projection_dim == 525:
@@ -151,7 +153,7 @@ def main() -> None:
         architecture = {"init_from": str(initial), "freeze": [FIXED_PROJECTIONS]}
     else:
         if args.init != "bilm-tf":
-            raise SystemExit("--init kim needs --projection-dim 525 (the model is written before training)")
+            raise SystemExit("--weight-init kim needs --projection-dim 525 (the model is written before training)")
         architecture = {"options": kim_small(300)}
     per_epoch = args.steps_per_epoch or count_targets([str(data / "ptb.train.txt")]) // (20 * 35)
     started = time.time() - (records[-1]["wall_s"] if records else 0.0)

@@ -26,6 +26,21 @@ def settings_from_args(cls: type[T], args: argparse.Namespace, **given) -> T:
     return cls(**{**values, **given})
 
 
+def add_model_flags(p: argparse.ArgumentParser, required: bool = False, none_for: str | None = None,
+                    old_name: str | None = None) -> None:
+    """`--model NAME|DIR` or `--options O --weights W`, the same in every command (elmo.models.resolve
+    reads them). `none_for`: what `--model none` means there; `old_name`: an earlier spelling of --model."""
+    names = ["--model"] + ([old_name] if old_name else [])
+    help = ("a bundled model's name or a model directory: options.json + weights.hdf5, or an ELMoForManyLangs "
+            "model (config.json, char.dic/word.dic, *.pkl)"
+            + (f"; 'none': {none_for}" if none_for else "")
+            + (" (required, or --options/--weights)" if required else " (default: the bundled model)")
+            + (f"; {old_name} is its older name" if old_name else ""))
+    p.add_argument(*names, dest="model", default=None, metavar="MODEL" + ("|none" if none_for else ""), help=help)
+    p.add_argument("--options", help="options.json (with --weights, instead of --model)")
+    p.add_argument("--weights", help="weights.hdf5 (with --options)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="elmo", description="ELMo: deep contextualized word representations.")
     parser.add_argument("--version", action="version", version=f"elmo {__version__}")

@@ -12,6 +12,7 @@ from ..embedder import Embedder, check_batch_size, check_int8_choice
 from ..errors import InputError
 from ..fileio import check_not_input
 from ..models import resolve
+from . import add_model_flags
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,11 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "rank 0 joins the parts; `--resume` continues a run that was killed.")
     p.add_argument("input", help="UTF-8 text, one whitespace-tokenized sentence per line (.gz is read too)")
     p.add_argument("output", help="HDF5 file to write (written to a temporary name, renamed at the end)")
-    p.add_argument("--model", default=None,
-                   help="bundled model name or model directory: options.json + weights.hdf5, or an ELMoForManyLangs "
-                   "model (config.json, char.dic/word.dic, *.pkl) (default: the bundled model)")
-    p.add_argument("--options", help="options.json (with --weights, instead of --model)")
-    p.add_argument("--weights", help="weights.hdf5 (with --options)")
+    add_model_flags(p)
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--all", dest="output_format", action="store_const", const="all",
                      help="all layers, (L+1, n, D) (default)")

@@ -10,6 +10,7 @@ import threading
 import webbrowser
 
 from ..errors import InputError
+from . import add_model_flags
 
 SIZES = {"small": (40, 150, 4), "default": (150, 400, 12), "large": (600, 1200, 30)}
 
@@ -18,9 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("lab", help="start the interactive lab (the paper's demonstrations) in the browser",
                        description="Serve the lab page on 127.0.0.1 and print its URL. Every number on it is "
                        "computed by the model given here. Needs the lab extra: pip install 'elmo-bilm[lab]'.")
-    p.add_argument("--model", default=None, help="bundled model name or model directory (default: the bundled model)")
-    p.add_argument("--options", help="options.json (with --weights, instead of --model)")
-    p.add_argument("--weights", help="weights.hdf5 (with --options)")
+    add_model_flags(p)
     p.add_argument("--vocab", help="vocabulary for the LM predictions (default: the model directory's vocab.txt)")
     p.add_argument("--softmax", help="softmax weights, HDF5 with W (V, P) and b (V,) (default: softmax.hdf5)")
     p.add_argument("--ner", metavar="PATH", help="NER tagger trained with ELMo (panel 4)")

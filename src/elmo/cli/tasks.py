@@ -11,16 +11,11 @@ import torch
 from ..devices import check_device
 from ..errors import InputError
 from ..fileio import check_not_input
-from . import settings_from_args
+from . import add_model_flags, settings_from_args
 
 
 def _add_elmo_args(p: argparse.ArgumentParser, allow_none: bool) -> None:
-    p.add_argument("--model", "--elmo", dest="model", default=None, metavar="MODEL" + ("|none" if allow_none else ""),
-                   help="bundled model name (e.g. default) or model directory" + ("; 'none' for the static baseline"
-                                                                                    if allow_none else "")
-                   + " (--elmo is the older name)")
-    p.add_argument("--options", help="biLM options.json (with --weights, instead of --model)")
-    p.add_argument("--weights", help="biLM weights hdf5 (with --options)")
+    add_model_flags(p, required=True, none_for="the static baseline (no biLM)" if allow_none else None, old_name="--elmo")
     p.add_argument("--cache-dir", default="runs/cache", help="where cached biLM features go (default: runs/cache)")
     p.add_argument("--limit", type=int, default=None, help="only the first N sentences of each file (smoke tests)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")

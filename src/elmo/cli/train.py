@@ -9,6 +9,10 @@ from ..devices import check_device
 from ..errors import InputError
 from ..fileio import json_text
 from ..options import read_options
+from ..training.data import BATCHINGS
+from ..training.perplexity import PERPLEXITY_MODES
+from ..training.presets import PRESETS
+from ..training.settings import LR_DEFAULTS, OBJECTIVES, WEIGHT_INITS
 from . import settings_from_args
 
 
@@ -39,7 +43,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vocab", help="vocabulary file (`elmo vocab`)")
     arch = p.add_mutually_exclusive_group()
     arch.add_argument("--options", help="options.json with the architecture (training keys are read too)")
-    arch.add_argument("--preset", help="original, small or tiny")
+    arch.add_argument("--preset", choices=list(PRESETS), help="a built-in architecture (docs/training.md)")
     p.add_argument("--init-from", metavar="MODEL_DIR", help="start from a model's weights (+ softmax.hdf5) to fine-tune")
     p.add_argument("--out", required=True, help="run directory (checkpoints, metrics.jsonl, options.json)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
@@ -54,23 +58,23 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clip-norm", type=float, help="global gradient-norm clip (default 10)")
     p.add_argument("--lr", type=float, help="learning rate (default 0.2 for adagrad, 0.001 for adam, 1.0 for sgd); "
                    "with --resume, the new rate from there on")
-    p.add_argument("--optimizer", choices=["adagrad", "adam", "sgd"], help="default adagrad (initial accumulator 1.0)")
+    p.add_argument("--optimizer", choices=list(LR_DEFAULTS), help="default adagrad (initial accumulator 1.0)")
     soft = p.add_mutually_exclusive_group()
     soft.add_argument("--full-softmax", dest="sampled", action="store_const", const=False, help="exact softmax over the vocabulary")
     soft.add_argument("--sampled-softmax", dest="sampled", action="store_const", const=True, help="sampled softmax (default)")
     p.add_argument("--negatives", type=int, help="negatives per batch for the sampled softmax (default 8192)")
-    p.add_argument("--batching", choices=["sentence", "stream", "ordered"],
+    p.add_argument("--batching", choices=BATCHINGS,
                    help="sentence (default): each sentence its own row from zero LSTM state, as `elmo embed` runs "
                    "a model; use it for models you will embed with. stream: bilm-tf's shuffled sentences packed into "
                    "rows with the state carried; such a model may fail from zero state (docs/training.md). ordered: "
                    "the corpus in file order as contiguous streams, state carried (Kim et al.), for text whose "
                    "order carries meaning (PTB, documents) and scoring with the state carried")
-    p.add_argument("--objective", choices=["mean", "sum", "forward"],
+    p.add_argument("--objective", choices=list(OBJECTIVES),
                    help="what the update differentiates: mean (default, bilm-tf) or sum of the two directions' losses, "
                    "or the forward LM's alone (for comparisons with one-direction LMs)")
-    p.add_argument("--weight-init", choices=["bilm-tf", "kim"],
+    p.add_argument("--weight-init", choices=WEIGHT_INITS,
                    help="how fresh weights are drawn: bilm-tf (default) or kim, Kim et al. 2016's U(-0.05, 0.05) for "
-                   "every weight; with SGD on PTB, kim ended 2.3%% lower in test perplexity (91.7 against 93.9; docs/training.md, run 3)")
+                   "every weight (what each gave on PTB: docs/training.md)")
     p.add_argument("--max-steps", type=int, help="stop after this many updates (default: from --epochs)")
     p.add_argument("--epochs", type=float, help="passes over the corpus' token count (default 10)")
     p.add_argument("--max-minutes", type=float,
@@ -82,7 +86,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-every", type=int, help="steps per metrics.jsonl record (default 10)")
     p.add_argument("--threads", type=int, help="torch CPU threads per process")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available)")
-    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast, float32 weights: GPUs, and CPUs with AVX512-BF16 or AMX (1.2-1.3x faster on this project's; refused on CPUs without)")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast, float32 weights: GPUs, and CPUs with AVX512-BF16 or AMX (refused on CPUs without; "
+                   "speed: docs/training.md)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     p.set_defaults(func=run_train)
 
@@ -92,7 +97,7 @@ def _add_perplexity(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", help="MODEL_DIR (with softmax.hdf5), bundled model name, or a training run directory")
     p.add_argument("--test", nargs="+", required=True, help="files or globs of tokenized text, one sentence per line")
     p.add_argument("--vocab", help="vocabulary (default: the model's vocab.txt)")
-    p.add_argument("--mode", choices=["stream", "sentence"], default="stream",
+    p.add_argument("--mode", choices=PERPLEXITY_MODES, default="stream",
                    help="stream: state carried across sentences per row, as bilm-tf's test (default); sentence: each from zero state")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--unroll-steps", type=int, default=20, help="window length in stream mode (does not change the result)")

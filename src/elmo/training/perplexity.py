@@ -20,6 +20,8 @@ from .export import load_model_dir, load_run
 from .model import LanguageModel, detach_states
 from .vocab import Vocab
 
+PERPLEXITY_MODES = ("stream", "sentence")  # the state carried across sentences per row, or each from zero
+
 
 def load_for_scoring(model: str | os.PathLike, vocab_file: str | os.PathLike | None = None) -> tuple[LanguageModel, Vocab]:
     """A training run directory (latest checkpoint), a MODEL_DIR or a bundled model name."""
@@ -33,8 +35,8 @@ def load_for_scoring(model: str | os.PathLike, vocab_file: str | os.PathLike | N
 @torch.no_grad()
 def perplexity(model: LanguageModel, vocab: Vocab, test: list[str] | str, mode: str = "stream", batch_size: int = 128,
                unroll: int = 20, device: str | torch.device = "cpu", progress: bool = False) -> dict:
-    if mode not in ("stream", "sentence"):
-        raise ValueError(f"mode must be 'stream' or 'sentence', found {mode!r}")
+    if mode not in PERPLEXITY_MODES:
+        raise ValueError(f"mode must be one of {PERPLEXITY_MODES}, found {mode!r}")
     model = model.to(device).eval()
     source = SentenceSource(expand_corpus(test), shuffle=False, loop=False)
     streaming = mode == "stream"
