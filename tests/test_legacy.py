@@ -1,7 +1,6 @@
 """`elmo.ElmoEmbedder`: code written for AllenNLP 0.9 runs with one changed import."""
 
 import io
-import json
 import os
 import subprocess
 import sys
@@ -13,7 +12,6 @@ import pytest
 import torch
 
 from elmo import ElmoEmbedder, Embedder, InputError, ModelFileError
-from elmo.models import resolve
 
 # Written the way users wrote it against AllenNLP 0.9 (the tutorial's calls, then a file of sentences).
 SCRIPT_09 = textwrap.dedent("""\
@@ -112,17 +110,7 @@ def test_batch_to_embeddings_shapes_and_mask(allennlp_dir):
     assert torch.all(activations[1, :, 1:] == 0)
 
 
-def test_no_files_loads_the_bundled_default_model():
-    options = json.loads(resolve("default").original_files().options_file.read_text())
-    assert ElmoEmbedder().embed_sentence(["a"]).shape == (3, 1, 2 * options["lstm"]["projection_dim"])
-
-
-def test_no_files_and_no_bundled_model_is_a_clear_error(monkeypatch, tmp_path):
-    import elmo.models
-
-    monkeypatch.setattr(elmo.models, "BUNDLED_DIR", tmp_path / "no-bundled-models")
-    with pytest.raises(ModelFileError, match="default: neither a model directory nor a bundled model"):
-        ElmoEmbedder()
+# ElmoEmbedder() with no files (0.9's default, the `original` model, or a clear error): tests/test_hub_models.py
 
 
 def test_options_without_weights_is_an_error(allennlp_dir):

@@ -18,17 +18,32 @@ from .bilm import remove_sentence_boundaries
 from .chars import batch_to_ids
 from .embed_file import OutputSpec, check_output, embed_file, write_lines
 from .embedder import Embedder, check_batch_size
-from .errors import InputError, ModelFileError
+from .errors import DownloadError, InputError, ModelFileError
 from .fileio import invalid_utf8
-from .models import resolve
+from .models import ModelFiles, resolve
 
 DEFAULT_BATCH_SIZE = 64
+LEGACY_DEFAULT_MODEL = "original"  # allennlp.commands.elmo.DEFAULT_OPTIONS_FILE / DEFAULT_WEIGHT_FILE in 0.9
+
+
+def legacy_default_files() -> ModelFiles:
+    """0.9's default model, or a DownloadError that says how to get it or ask for the bundled one."""
+    try:
+        return resolve(LEGACY_DEFAULT_MODEL).original_files()
+    except DownloadError as e:
+        raise type(e)(e.url, f"{e.reason}. ElmoEmbedder() with no files means AllenNLP 0.9's default, the "
+                      f"`{LEGACY_DEFAULT_MODEL}` model (1024-dimensional vectors), and it cannot be had here. Get it "
+                      f"with `elmo download {LEGACY_DEFAULT_MODEL}` on a machine with network (README, \"Published "
+                      "models\"), or ask for this package's bundled model (512-dimensional) explicitly: "
+                      "files = elmo.models.resolve('default').original_files(); "
+                      "ElmoEmbedder(files.options_file, files.weight_file)") from None
 
 
 class ElmoEmbedder:
     """AllenNLP 0.9's `ElmoEmbedder(options_file, weight_file, cuda_device=-1)`.
 
-    With no files it loads the bundled default model (0.9 downloaded the original one).
+    With no files it loads 0.9's default, the `original` model (1024-dimensional; from a cache, or
+    downloaded), and when that cannot be had says so rather than give vectors of another size.
 
     **Stateless by default, unlike 0.9.** 0.9 carried the LSTM state from call to call, per batch
     row (docs/format.md 4.8), so the same sentence gave different vectors each time, and results depended on
@@ -45,9 +60,9 @@ class ElmoEmbedder:
                  cuda_device: int = -1, stateful: bool = False) -> None:
         if (options_file is None) != (weight_file is None):
             raise ModelFileError("ElmoEmbedder needs both options_file and weight_file, or neither "
-                                 "(for the bundled default model)")
+                                 f"(for AllenNLP 0.9's default, the `{LEGACY_DEFAULT_MODEL}` model)")
         if options_file is None:
-            files = resolve().original_files()
+            files = legacy_default_files()
             options_file, weight_file = files.options_file, files.weight_file
         if cuda_device >= 0 and not torch.cuda.is_available():
             raise InputError(f"cuda_device={cuda_device}: CUDA is not available on this machine")

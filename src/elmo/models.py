@@ -20,6 +20,7 @@ from pathlib import Path
 from .bilm import BiLM
 from .errors import InputError, ModelFileError
 from .fileio import check_file
+from .hub import find_published, is_url, local_path
 from .manylangs import is_manylangs_dir, load_manylangs
 from .options import OPTIONS_NAME
 from .training.settings import CHECKPOINT_DIR, RUN_FILE
@@ -145,9 +146,30 @@ def _bundled(text: str) -> Model | None:
     return OriginalModel(ModelFiles.from_dir(BUNDLED_DIR / text), text)
 
 
+def _published(text: str) -> Model | None:
+    """A published model by name (`elmo models`; src/elmo/hub/catalog.json), from a cache or downloaded."""
+    published = find_published(text)
+    if published is None:
+        return None
+    from .hub.published import fetch_published
+
+    found = fetch_published(published)
+    return OriginalModel(ModelFiles(*found), text) if isinstance(found, tuple) else Model.from_path(found, name=text)
+
+
+def _url(text: str) -> Model | None:
+    """The URL of an archive (.zip, .tar.gz, .tar.xz, .tar.bz2) holding one model directory, in either format."""
+    if not is_url(text):
+        return None
+    from .hub.published import fetch_model_url
+
+    return Model.from_path(fetch_model_url(text), name=text)
+
+
 # Every kind of reference, in the order tried: local directories first, so a folder named like a
-# bundled model is that folder.
-KINDS: tuple[Callable[[str], Model | None], ...] = (_training_run, _manylangs_dir, _original_dir, _bundled)
+# bundled or published model is that folder; then bundled models, so `default` is always the bundled one.
+KINDS: tuple[Callable[[str], Model | None], ...] = (_training_run, _manylangs_dir, _original_dir, _bundled,
+                                                    _published, _url)
 
 
 def bundled_models() -> list[str]:
@@ -161,7 +183,9 @@ def resolve(model: str | os.PathLike | Model | None = None, options: str | os.Pa
     """`--model NAME|DIR` or `--options O --weights W` (default: the bundled default model) -> a `Model`.
 
     `model`: a bundled model's name, a directory in the original format (options.json + weights.hdf5)
-    or ELMoForManyLangs' (config.json, char.dic / word.dic, *.pkl), or an already resolved `Model`.
+    or ELMoForManyLangs' (config.json, char.dic / word.dic, *.pkl), a published model's name
+    (`elmo models`), the URL of a model archive, or an already resolved `Model`. `options`/`weights`:
+    paths or URLs. Remote files come from a cache or are downloaded (src/elmo/hub, docs/published-models.md).
     A training run's folder resolves to a `TrainingRun`, which refuses to load with the command that
     makes it a model; an unknown reference is refused with the bundled names.
     """
@@ -170,7 +194,7 @@ def resolve(model: str | os.PathLike | Model | None = None, options: str | os.Pa
     if options is not None and model is not None:
         raise InputError("give either --model or --options/--weights, not both")
     if options is not None:
-        files = ModelFiles(Path(check_file(options, "a model file")), Path(check_file(weights, "a model file")))
+        files = ModelFiles(*(Path(check_file(local_path(p), "a model file")) for p in (options, weights)))
         return OriginalModel(files, f"{os.fspath(options)} + {os.fspath(weights)}")
     if isinstance(model, Model):
         return model
@@ -181,7 +205,8 @@ def resolve(model: str | os.PathLike | Model | None = None, options: str | os.Pa
             return found
     available = bundled_models()
     raise ModelFileError(f"{text}: neither a model directory nor a bundled model "
-                         f"(bundled: {', '.join(available) if available else 'none in this installation'})")
+                         f"(bundled: {', '.join(available) if available else 'none in this installation'}), "
+                         "nor a published model's name (`elmo models` lists them) or a URL")
 
 
 def load_model(model: str | os.PathLike | Model = DEFAULT_MODEL, stateful: bool = False) -> BiLM:

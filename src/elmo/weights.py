@@ -13,6 +13,7 @@ from .bilm import BiLM
 from .chars import N_CODES
 from .errors import ModelFileError
 from .fileio import atomic_path
+from .hub import local_path
 from .options import BiLMConfig, read_options, write_options
 
 WEIGHTS_NAME = "weights.hdf5"  # its name in a model directory
@@ -70,6 +71,7 @@ def load_bilm(options_file: str | os.PathLike | BiLMConfig, weight_file: str | o
     Shapes are checked against the options: a missing, extra or misshapen dataset is an error that
     names the file, the dataset, and the expected and found shapes.
     """
+    options_file, weight_file = local_path(options_file), local_path(weight_file)  # a URL is fetched (elmo.hub)
     config = options_file if isinstance(options_file, BiLMConfig) else read_options(options_file)
     if weight_file is None:
         return BiLM(config, stateful=stateful)

@@ -31,14 +31,14 @@ def add_model_flags(p: argparse.ArgumentParser, required: bool = False, none_for
     """`--model NAME|DIR` or `--options O --weights W`, the same in every command (elmo.models.resolve
     reads them). `none_for`: what `--model none` means there; `old_name`: an earlier spelling of --model."""
     names = ["--model"] + ([old_name] if old_name else [])
-    help = ("a bundled model's name or a model directory: options.json + weights.hdf5, or an ELMoForManyLangs "
-            "model (config.json, char.dic/word.dic, *.pkl)"
+    help = ("a bundled or published model's name (`elmo models`), a model directory (options.json + weights.hdf5, "
+            "or an ELMoForManyLangs model: config.json, char.dic/word.dic, *.pkl), or the URL of an archive holding one"
             + (f"; 'none': {none_for}" if none_for else "")
             + (" (required, or --options/--weights)" if required else " (default: the bundled model)")
             + (f"; {old_name} is its older name" if old_name else ""))
     p.add_argument(*names, dest="model", default=None, metavar="MODEL" + ("|none" if none_for else ""), help=help)
-    p.add_argument("--options", help="options.json (with --weights, instead of --model)")
-    p.add_argument("--weights", help="weights.hdf5 (with --options)")
+    p.add_argument("--options", help="options.json, a path or URL (with --weights, instead of --model)")
+    p.add_argument("--weights", help="weights.hdf5, a path or URL (with --options)")
 
 
 def build_parser() -> argparse.ArgumentParser:

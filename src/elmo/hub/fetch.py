@@ -49,15 +49,6 @@ def fetch(url: str, timeout: float | None = None, expected: RemoteFile | None = 
     return _download_once(url, entry, expected, timeout)
 
 
-def local_file(path_or_url: str | os.PathLike) -> str | os.PathLike:
-    """A path unchanged; a URL (http, https, or any other scheme, which is refused) fetched to a local path."""
-    from .catalog import is_url
-
-    if isinstance(path_or_url, str) and is_url(path_or_url):
-        return fetch(path_or_url)
-    return path_or_url
-
-
 def _download_once(url: str, entry: CacheEntry, expected: RemoteFile | None, timeout: float | None) -> Path:
     """Download under the entry's lock; a process that waited finds the file its neighbour fetched."""
     entry.folder.mkdir(parents=True, exist_ok=True)
