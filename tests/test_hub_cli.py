@@ -34,8 +34,8 @@ def test_download_by_url_prints_where_and_models_shows_cached(hub_env, capsys): 
         server.faults["/b.hdf5"] = "404"
         assert main(["download", server.url("/b.hdf5")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert err == [f"elmo download: error: {server.url('/b.hdf5')}: HTTP 404 Not Found (no such file on the server: "
-                       "check the URL)"]
+        assert err[-1:] == [f"elmo download: error: {server.url('/b.hdf5')}: HTTP 404 Not Found (no such file on the "
+                            "server: check the URL)"], err
 
 
 def test_download_of_an_unknown_name_says_where_names_are(hub_env, capsys):  # noqa: F811
