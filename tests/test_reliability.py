@@ -417,3 +417,54 @@ def test_manylangs_sizes_beyond_the_files_are_refused_before_allocating(tmp_path
     with pytest.raises(ModelFileError) as info:
         load_manylangs(d)
     assert "\n" not in str(info.value) and (key in str(info.value) or "calls for" in str(info.value))
+
+
+# ---- 5. every loader turns any bytes into one clean error (the fuzz test is tests/test_fuzz_loaders.py) --------
+
+def test_named_bad_files_are_one_line_naming_the_file(tmp_path, capsys, micro_run, one_thread):
+    from elmo.training.checkpoint import checkpoint_path, latest_checkpoint
+
+    run, _ = micro_run
+    text, noise = tmp_path / "text.pt", tmp_path / "noise.pt"
+    text.write_text("this is a text file\n" * 10)
+    noise.write_bytes(random_bytes(4096))
+    for bad in (text, noise):
+        _refused(capsys, ["export", str(run), "-o", str(tmp_path / "m"), "--checkpoint", str(bad)], str(bad))
+        d = manylangs_copy(tmp_path, f"ml-{bad.stem}")
+        shutil.copy(bad, d / "encoder.pkl")
+        _refused(capsys, ["embed", "--model", str(d), str(bad), str(tmp_path / "o.hdf5")], "encoder.pkl")
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    newest = checkpoint_path(copy, 999)
+    shutil.copy(text, newest)
+    _refused(capsys, ["export", str(copy), "-o", str(tmp_path / "m2")], str(newest))
+    _refused(capsys, ["train", "--out", str(copy), "--resume", "--no-progress"], str(newest))
+    newest.unlink()
+    run_json = copy / "run.json"
+    good = run_json.read_bytes()
+    for damaged, needle in ((good[: len(good) // 2], "not valid JSON"), (b"\xff\xfe" + good, "not UTF-8"),
+                            (b"[1, 2]", "JSON object"), (good.replace(b'"batching": "sentence"', b'"batching": 5'),
+                                                         "batching")):
+        run_json.write_bytes(damaged)
+        _refused(capsys, ["train", "--out", str(copy), "--resume", "--no-progress"], "run.json", needle)
+    run_json.write_bytes(good)
+    options = json.loads((copy / "options.json").read_text())
+    options["lstm"]["dim"] = 48  # a checkpoint of another architecture
+    (copy / "options.json").write_text(json.dumps(options))
+    _refused(capsys, ["export", str(copy), "-o", str(tmp_path / "m3")], str(latest_checkpoint(copy)),
+             "does not fit this run's architecture")
+
+
+def random_bytes(n: int) -> bytes:
+    import random
+    return bytes(random.Random(0).randrange(256) for _ in range(n))
+
+
+def test_resume_names_the_flags_the_user_gave(tmp_path, capsys, micro_run, one_thread):
+    run, _ = micro_run
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    _refused(capsys, ["train", "--out", str(copy), "--resume", "--full-softmax", "--no-progress"],
+             "--full-softmax/--sampled-softmax")
+    _refused(capsys, ["train", "--out", str(copy), "--resume", "--no-first-layer-dropout", "--no-progress"],
+             "--no-first-layer-dropout")

@@ -76,44 +76,53 @@ def load_bilm(options_file: str | os.PathLike | BiLMConfig, weight_file: str | o
     if weight_file is None:
         return BiLM(config, stateful=stateful)
     path = os.fspath(weight_file)
-    with _open_hdf5(path) as f:
-        present = set(_list_datasets(f))
-        rows = f["char_embed"].shape[0] if "char_embed" in present else N_CODES
-        if rows not in (N_CODES, N_CODES + 1):
-            raise ModelFileError(
-                f"{path}: dataset 'char_embed' has {rows} rows, expected {N_CODES} (the stored codes) "
-                f"or {N_CODES + 1} (with the zero padding row first); found shape {f['char_embed'].shape}"
-            )
-        bilm = BiLM(config, char_rows=rows, stateful=stateful)
-        expected = dataset_map(bilm)
-        missing = [name for name in expected if name not in present]
-        if missing:
-            raise ModelFileError(
-                f"{path}: missing dataset '{missing[0]}' (expected shape {expected[missing[0]][1]})"
-                + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
-                + "; do the options and the weights belong to the same model?"
-            )
-        extra = sorted(present - set(expected))
-        if extra:
-            raise ModelFileError(
-                f"{path}: dataset '{extra[0]}' is not part of the model the options describe"
-                + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else "")
-                + f"; options: {len(config.filters)} filter banks, {config.n_highway} highway layers, "
-                f"{config.n_layers} LSTM layers, projection {'yes' if config.has_lstm_projection else 'no'}"
-            )
-        with torch.no_grad():
-            for name, (param, shape) in expected.items():
-                ds = f[name]
-                if tuple(ds.shape) != shape:
-                    raise ModelFileError(
-                        f"{path}: dataset '{name}' has shape {tuple(ds.shape)}, expected {shape} from the options"
-                    )
-                data = ds[...]
-                if not np.issubdtype(data.dtype, np.floating):
-                    raise ModelFileError(f"{path}: dataset '{name}' has dtype {data.dtype}, expected float32")
-                if not np.isfinite(data).all():
-                    raise ModelFileError(f"{path}: dataset '{name}' contains NaN or infinite values")
-                param.copy_(torch.from_numpy(data.astype(np.float32, copy=False)).reshape(param.shape))
+    try:
+        with _open_hdf5(path) as f:
+            return _read_weights(f, path, config, stateful)
+    except (OSError, RuntimeError, KeyError, ValueError, TypeError) as e:  # h5py's errors for damaged structure
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise ModelFileError(f"{path}: a damaged HDF5 weight file ({type(e).__name__}: {reason})") from None
+
+
+def _read_weights(f: h5py.File, path: str, config: BiLMConfig, stateful: bool) -> BiLM:
+    """The BiLM the options describe, filled from the open weight file, every dataset checked."""
+    present = set(_list_datasets(f))
+    rows = f["char_embed"].shape[0] if "char_embed" in present else N_CODES
+    if rows not in (N_CODES, N_CODES + 1):
+        raise ModelFileError(
+            f"{path}: dataset 'char_embed' has {rows} rows, expected {N_CODES} (the stored codes) "
+            f"or {N_CODES + 1} (with the zero padding row first); found shape {f['char_embed'].shape}"
+        )
+    bilm = BiLM(config, char_rows=rows, stateful=stateful)
+    expected = dataset_map(bilm)
+    missing = [name for name in expected if name not in present]
+    if missing:
+        raise ModelFileError(
+            f"{path}: missing dataset '{missing[0]}' (expected shape {expected[missing[0]][1]})"
+            + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
+            + "; do the options and the weights belong to the same model?"
+        )
+    extra = sorted(present - set(expected))
+    if extra:
+        raise ModelFileError(
+            f"{path}: dataset '{extra[0]}' is not part of the model the options describe"
+            + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else "")
+            + f"; options: {len(config.filters)} filter banks, {config.n_highway} highway layers, "
+            f"{config.n_layers} LSTM layers, projection {'yes' if config.has_lstm_projection else 'no'}"
+        )
+    with torch.no_grad():
+        for name, (param, shape) in expected.items():
+            ds = f[name]
+            if tuple(ds.shape) != shape:
+                raise ModelFileError(
+                    f"{path}: dataset '{name}' has shape {tuple(ds.shape)}, expected {shape} from the options"
+                )
+            data = ds[...]
+            if not np.issubdtype(data.dtype, np.floating):
+                raise ModelFileError(f"{path}: dataset '{name}' has dtype {data.dtype}, expected float32")
+            if not np.isfinite(data).all():
+                raise ModelFileError(f"{path}: dataset '{name}' contains NaN or infinite values")
+            param.copy_(torch.from_numpy(data.astype(np.float32, copy=False)).reshape(param.shape))
     return bilm
 
 

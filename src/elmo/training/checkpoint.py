@@ -53,4 +53,28 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     if not isinstance(state, dict):
         raise ModelFileError(f"{path}: expected a training checkpoint (a dict), found a {type(state).__name__}")
     check_plain(state, path)
+    for key, types in CHECKPOINT_FIELDS.items():
+        if not isinstance(state.get(key), types) or isinstance(state.get(key), bool):
+            raise ModelFileError(f"{path}: not a training checkpoint of `elmo train`: '{key}' is "
+                                 f"{type(state.get(key)).__name__ if key in state else 'missing'}")
+    if not all(isinstance(v, torch.Tensor) for v in state["model"].values()):
+        raise ModelFileError(f"{path}: 'model' must map parameter names to tensors")
+    if state["world_size"] < 1 or len(state["ranks"]) != state["world_size"] or not all(
+            isinstance(r, dict) and {"data", "rng", "lstm"} <= set(r) for r in state["ranks"]):
+        raise ModelFileError(f"{path}: 'ranks' must hold one {{data, rng, lstm}} per process of 'world_size'")
     return state
+
+
+CHECKPOINT_FIELDS = {"step": int, "tokens": int, "world_size": int, "elapsed": (int, float), "model": dict,
+                     "optimizer": dict, "ranks": list}
+
+
+def load_into(module: torch.nn.Module, state: dict, path: str | os.PathLike, what: str = "model") -> None:
+    """module.load_state_dict(state), a mismatch (another architecture) as one line naming the file."""
+    try:
+        module.load_state_dict(state)
+    except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as e:
+        first = str(e).strip().splitlines()
+        detail = " ".join(line.strip() for line in first[1:3]) if len(first) > 1 else (first[0] if first else "")
+        raise ModelFileError(f"{path}: its {what} does not fit this run's architecture (options.json and vocab.txt): "
+                             f"{detail[:200]}") from None

@@ -20,7 +20,7 @@ from ..fileio import atomic_dir, check_not_input
 from ..models import ModelFiles
 from ..options import OPTIONS_NAME, BiLMConfig, read_options
 from ..weights import WEIGHTS_NAME, save_bilm
-from .checkpoint import latest_checkpoint, load_checkpoint
+from .checkpoint import latest_checkpoint, load_checkpoint, load_into
 from .model import LanguageModel
 from .settings import CHECKPOINT_DIR
 from .softmax import SOFTMAX_NAME, Softmax, save_softmax
@@ -45,7 +45,7 @@ def load_run(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = 
     config = BiLMConfig.from_options(inference_options(read_options(run / OPTIONS_NAME).raw), source=str(run / OPTIONS_NAME))
     vocab = Vocab.load(run / VOCAB_NAME)
     model = LanguageModel(config, len(vocab), bilm=BiLM(config, char_rows=N_CODES))
-    model.load_state_dict(load_checkpoint(path)["model"])
+    load_into(model, load_checkpoint(path)["model"], path)
     return model.eval(), vocab, path
 
 

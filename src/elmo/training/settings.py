@@ -159,20 +159,48 @@ def resumed_run(s: TrainSettings, out: Path) -> tuple[dict, dict, Vocab]:
     """The stored settings; a flag that would change the computation is refused, not silently ignored."""
     check_flags(s)
     check((out / RUN_FILE).is_file(), f"{out}: --resume needs a run directory made by `elmo train` ({RUN_FILE} is missing)")
-    run = json.loads((out / RUN_FILE).read_text(encoding="utf-8"))
+    run = read_run_file(out / RUN_FILE)
     options = read_options(out / OPTIONS_NAME).to_options()
     stored = {name: options.get(key) for name, (key, _) in OPTION_KEYS.items()}
     stored.update({name: run.get(name, default) for name, default in RUN_KEYS.items()}, lr=options.get("learning_rate"), train=run.get("train"))
     for name, old in stored.items():
         new = getattr(s, name)
         if new is not None and name not in CAN_CHANGE_ON_RESUME and new != old:
-            flag = "--" + name.replace("_", "-")
+            flag = FLAGS.get(name, "--" + name.replace("_", "-"))
             raise InputError(f"{flag} {new}: the run in {out} was started with {old}; a resumed run keeps its settings")
     if s.epochs is not None:
         options["n_epochs"], run["max_steps"] = s.epochs, None
     if s.max_steps is not None:
         run["max_steps"] = s.max_steps
+    validate(options, {**RUN_KEYS, **run})
     return options, run, Vocab.load(out / VOCAB_NAME)
+
+
+FLAGS = {"sampled": "--full-softmax/--sampled-softmax", "first_layer_dropout": "--no-first-layer-dropout"}
+
+
+def read_run_file(path: Path) -> dict:
+    """run.json, as `elmo train` wrote it: a JSON object; anything else is one error naming the file."""
+    try:
+        run = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); was the run "
+                         "interrupted while writing it?") from None
+    check(isinstance(run, dict), f"{path}: expected a JSON object of run settings, found {type(run).__name__}")
+    for name, default in RUN_KEYS.items():
+        value = run.get(name, default)
+        check(type(value) is type(default) or (isinstance(default, (int, float)) and isinstance(value, (int, float))
+                                                and not isinstance(value, bool)) or value is None,
+              f"{path}: '{name}' must be {type(default).__name__}, found {value!r}")
+    train = run.get("train")
+    check(isinstance(train, list) and all(isinstance(t, str) for t in train),
+          f"{path}: 'train' must be a list of file names, found {train!r}")
+    check(run.get("max_steps") is None or (isinstance(run["max_steps"], int) and run["max_steps"] >= 1),
+          f"{path}: 'max_steps' must be a positive integer or null, found {run.get('max_steps')!r}")
+    check(isinstance(run.get("control", {}), dict), f"{path}: 'control' must be an object")
+    return run
 
 
 def total_steps(options: dict, run: dict, files: list[str], world: int) -> int:

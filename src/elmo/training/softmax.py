@@ -206,21 +206,22 @@ def load_softmax(path: str | os.PathLike, vocab_size: int, dim: int) -> Softmax:
         f = h5py.File(path, "r")
     except OSError as e:
         raise ModelFileError(f"{path}: not an HDF5 softmax file ({e})") from None
-    with f:
-        for name in ("W", "b"):
-            if not isinstance(f.get(name), h5py.Dataset):
-                raise ModelFileError(f"{path}: missing dataset '{name}' (expected W (vocab, dim) and b (vocab,))")
-            if f[name].dtype.kind != "f":
-                raise ModelFileError(f"{path}: dataset '{name}' holds {f[name].dtype}, expected floats")
-        if f["W"].shape != (vocab_size, dim) or f["b"].shape != (vocab_size,):  # checked before reading
-            raise ModelFileError(
-                f"{path}: W has shape {f['W'].shape} and b {f['b'].shape}, expected ({vocab_size}, {dim}) and "
-                f"({vocab_size},) for this vocabulary and model; is it the vocab.txt the model was trained with?"
-            )
-        try:
+    try:
+        with f:
+            for name in ("W", "b"):
+                if not isinstance(f.get(name), h5py.Dataset):
+                    raise ModelFileError(f"{path}: missing dataset '{name}' (expected W (vocab, dim) and b (vocab,))")
+                if f[name].dtype.kind != "f":
+                    raise ModelFileError(f"{path}: dataset '{name}' holds {f[name].dtype}, expected floats")
+            if f["W"].shape != (vocab_size, dim) or f["b"].shape != (vocab_size,):  # checked before reading
+                raise ModelFileError(
+                    f"{path}: W has shape {f['W'].shape} and b {f['b'].shape}, expected ({vocab_size}, {dim}) and "
+                    f"({vocab_size},) for this vocabulary and model; is it the vocab.txt the model was trained with?"
+                )
             w, b = f["W"][...], f["b"][...]
-        except OSError as e:
-            raise ModelFileError(f"{path}: cannot read W and b ({e})") from None
+    except (OSError, RuntimeError, KeyError, ValueError, TypeError) as e:  # h5py's errors for damaged structure
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise ModelFileError(f"{path}: a damaged HDF5 softmax file ({type(e).__name__}: {reason})") from None
     for name, values in (("W", w), ("b", b)):
         if not np.isfinite(values).all():
             raise ModelFileError(f"{path}: dataset '{name}' contains NaN or infinite values")

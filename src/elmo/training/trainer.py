@@ -33,6 +33,7 @@ from .checkpoint import (
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
+    load_into,
     save_checkpoint,
 )
 from .data import expand_corpus, head_counts, make_batcher
@@ -126,11 +127,20 @@ def _states_to(states, device):
     return tuple([(c.to(device), h.to(device)) for c, h in direction] for direction in states)
 
 
+def _step_of(line: str) -> float:
+    """The step of a metrics.jsonl record; a damaged line (a kill mid-write) counts as after any checkpoint."""
+    try:
+        record = json.loads(line)
+        return record["step"] if isinstance(record, dict) and isinstance(record.get("step"), int) else math.inf
+    except ValueError:
+        return math.inf
+
+
 def _truncate_metrics(path: Path, step: int) -> None:
     """On resume, drop log records written after the checkpoint by the interrupted run."""
     if not path.is_file():
         return
-    keep = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip() and json.loads(line)["step"] <= step]
+    keep = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if _step_of(line) <= step]
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.writelines(line + "\n" for line in keep)
 
@@ -152,7 +162,7 @@ def _open_run(s: TrainSettings, rank: int, world: int) -> tuple[dict, dict, Voca
         path = latest_checkpoint(out)
         check(path is not None, f"{out}: --resume found no checkpoint in {out / CHECKPOINT_DIR}")
         options, run, vocab = resumed_run(s, out)
-        checkpoint = load_checkpoint(path)
+        checkpoint = dict(load_checkpoint(path), path=str(path))
         check(checkpoint["world_size"] == world,
                f"{path}: saved by {checkpoint['world_size']} processes, resumed with {world}; use the same number")
     else:
@@ -161,7 +171,7 @@ def _open_run(s: TrainSettings, rank: int, world: int) -> tuple[dict, dict, Voca
         options, run, vocab = fresh_run(s, _model_options)
     control = {k: getattr(s, k) if getattr(s, k) is not None else run.get("control", {}).get(k, v)
                for k, v in CONTROL_DEFAULTS.items()}
-    check(all(v > 0 for v in control.values()),
+    check(all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in control.values()),
            "--checkpoint-every, --checkpoint-minutes, --keep-checkpoints and --log-every must be positive")
     run["control"] = control
     if rank == 0 and checkpoint is None:
@@ -388,8 +398,9 @@ def _agree(loss_f: torch.Tensor, loss_b: torch.Tensor, due: bool, out_of_time: b
 
 def _restore(checkpoint: dict, model, optimizer, batcher, generator, device, rank: int, lr: float | None):
     """Load a checkpoint into the model, optimizer, batcher and RNGs; -> step, tokens, LSTM states, elapsed."""
-    model.load_state_dict(checkpoint["model"])
-    optimizer.load_state_dict(checkpoint["optimizer"])  # with the learning rate it had reached
+    where = checkpoint.get("path", "the checkpoint")
+    load_into(model, checkpoint["model"], where)
+    load_into(optimizer, checkpoint["optimizer"], where, "optimizer state")  # with the learning rate it had reached
     if lr is not None:
         check(lr > 0, f"--lr must be positive, found {lr}")
         for group in optimizer.param_groups:
