@@ -465,6 +465,6 @@ def test_resume_names_the_flags_the_user_gave(tmp_path, capsys, micro_run, one_t
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
     _refused(capsys, ["train", "--out", str(copy), "--resume", "--full-softmax", "--no-progress"],
-             "--full-softmax/--sampled-softmax")
+             "--full-softmax: the run")
     _refused(capsys, ["train", "--out", str(copy), "--resume", "--no-first-layer-dropout", "--no-progress"],
-             "--no-first-layer-dropout")
+             "--no-first-layer-dropout: the run")

@@ -166,8 +166,8 @@ def resumed_run(s: TrainSettings, out: Path) -> tuple[dict, dict, Vocab]:
     for name, old in stored.items():
         new = getattr(s, name)
         if new is not None and name not in CAN_CHANGE_ON_RESUME and new != old:
-            flag = FLAGS.get(name, "--" + name.replace("_", "-"))
-            raise InputError(f"{flag} {new}: the run in {out} was started with {old}; a resumed run keeps its settings")
+            flag = FLAGS.get((name, new), f"--{name.replace('_', '-')} {new}")  # as the user typed it
+            raise InputError(f"{flag}: the run in {out} was started with {old}; a resumed run keeps its settings")
     if s.epochs is not None:
         options["n_epochs"], run["max_steps"] = s.epochs, None
     if s.max_steps is not None:
@@ -176,7 +176,8 @@ def resumed_run(s: TrainSettings, out: Path) -> tuple[dict, dict, Vocab]:
     return options, run, Vocab.load(out / VOCAB_NAME)
 
 
-FLAGS = {"sampled": "--full-softmax/--sampled-softmax", "first_layer_dropout": "--no-first-layer-dropout"}
+FLAGS = {("sampled", False): "--full-softmax", ("sampled", True): "--sampled-softmax",
+         ("first_layer_dropout", False): "--no-first-layer-dropout"}
 
 
 def read_run_file(path: Path) -> dict:
