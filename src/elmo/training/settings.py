@@ -97,10 +97,12 @@ def check_flags(s: TrainSettings) -> None:
         value = getattr(s, name)
         check(value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1),
               f"--{name.replace('_', '-')} must be a positive integer, found {value!r}")
-    for name in ("epochs", "max_minutes", "checkpoint_minutes", "lr", "clip_norm"):
+    for name in ("epochs", "checkpoint_minutes", "lr", "clip_norm"):
         value = getattr(s, name)
         check(value is None or (math.isfinite(value) and value > 0),
               f"--{name.replace('_', '-')} must be a positive finite number, found {value!r}")
+    check(s.max_minutes is None or (math.isfinite(s.max_minutes) and s.max_minutes >= 0),  # 0: stop after one update
+          f"--max-minutes must be a finite number >= 0, found {s.max_minutes!r}")
     check(s.dropout is None or 0.0 <= s.dropout < 1.0, f"--dropout must be in [0, 1), found {s.dropout!r}")
 
 
