@@ -48,3 +48,17 @@ def test_readme_table_is_the_generated_one():
     found = re.search(r"<!-- published-models:start -->\n(.*?)<!-- published-models:end -->", readme, re.S).group(1)
     assert found == load_script("scripts/published_models_table.py").markdown_table(), \
         "README's table differs from the catalog: run python scripts/published_models_table.py and paste it"
+
+
+def test_readme_python_api_snippet_runs_as_pasted_without_network(hub_env, tmp_path, monkeypatch):  # noqa: F811
+    import socket
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("the network was used")
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    snippet = re.search(r"## Python API\n\n```python\n(.*?)```", readme, re.S).group(1)
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.chdir(tmp_path)
+    exec(snippet, {})
+    assert (tmp_path / "copy" / "weights.hdf5").is_file()
