@@ -468,3 +468,27 @@ def test_resume_names_the_flags_the_user_gave(tmp_path, capsys, micro_run, one_t
              "--full-softmax: the run")
     _refused(capsys, ["train", "--out", str(copy), "--resume", "--no-first-layer-dropout", "--no-progress"],
              "--no-first-layer-dropout: the run")
+
+
+# ---- 6. small ones ---------------------------------------------------------------------------------------------
+
+def test_a_leading_bom_is_not_part_of_the_first_token(tmp_path):
+    from elmo.cli import main
+    from elmo.fileio import iter_lines, open_text
+
+    corpus = tmp_path / "bom.txt"
+    corpus.write_bytes("\ufeffhello world\nhello\n".encode())
+    assert [line for _, line in iter_lines(corpus)] == ["hello world", "hello"]
+    with open_text(corpus) as f:
+        assert f.readline() == "hello world\n"
+    assert main(["vocab", str(corpus), "-o", str(tmp_path / "vocab.txt")]) == 0
+    assert "\ufeff" not in (tmp_path / "vocab.txt").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("layer", ["top", 1.5, None, True, 7, -3])
+def test_sents2elmo_bad_output_layer_says_what_is_allowed(layer):
+    from elmo import Embedder
+
+    embedder = Embedder.from_model(str(MANYLANGS))
+    with pytest.raises(ValueError, match="output_layer must be -1 \\(mean\\), -2 \\(all\\)"):
+        embedder.sents2elmo([["a", "b"]], output_layer=layer)

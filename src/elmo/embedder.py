@@ -156,9 +156,10 @@ class Embedder:
     def sents2elmo(self, sentences: Sequence[Sequence[str]], output_layer: int = -1) -> list[np.ndarray]:
         """ELMoForManyLangs' `Embedder.sents2elmo`, in input order: -1 the mean of the layers (n, D),
         -2 all layers (L+1, n, D), k layer k (n, D). Stateless unless this embedder is stateful."""
-        if output_layer not in (-1, -2) and not 0 <= output_layer < self.bilm.num_layers:
+        if (isinstance(output_layer, bool) or not isinstance(output_layer, int)
+                or (output_layer not in (-1, -2) and not 0 <= output_layer < self.bilm.num_layers)):
             raise ValueError(f"output_layer must be -1 (mean), -2 (all) or a layer 0..{self.bilm.num_layers - 1}, "
-                             f"found {output_layer}")
+                             f"found {output_layer!r}")
         arrays = self.embed_sentences(sentences, layers="average" if output_layer == -1 else "all")
         return [arr if output_layer < 0 else arr[output_layer] for arr in arrays]
 

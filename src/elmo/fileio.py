@@ -80,8 +80,8 @@ def open_text(path: str | os.PathLike) -> io.TextIOBase:
     """Open a UTF-8 text file for reading, transparently gunzipping `*.gz`; strict decoding."""
     path = check_file(path)
     if path.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="strict", newline="\n")
-    return open(path, encoding="utf-8", errors="strict", newline="\n")
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", errors="strict", newline="\n")
+    return open(path, encoding="utf-8-sig", errors="strict", newline="\n")  # -sig: a leading BOM is not text
 
 
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
@@ -98,6 +98,8 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
                 raise invalid_utf8(path, number, raw, e) from None
+            if number == 0 and text.startswith("\ufeff"):  # the byte-order mark editors write: not text
+                text = text[1:]
             yield number, text.rstrip("\r\n")
 
 

@@ -75,7 +75,7 @@ def _read_line(f: IO[bytes], path: str, number: int) -> bytes:
 
 def _decode(raw: bytes, path: str, number: int) -> str:
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8-sig" if number == 0 else "utf-8")  # a leading BOM (editors write one) is not text
     except UnicodeDecodeError as e:
         raise invalid_utf8(path, number, raw, e) from None
 
