@@ -14,15 +14,14 @@ import elmo.int8
 from elmo import Elmo, Embedder, batch_to_ids, load_bilm
 from elmo.cli import main as cli_main
 from elmo.errors import InputError
-from elmo.int8 import Int8Linear, Int8Unavailable, quantize_bilm, weight_bytes
+from elmo.int8 import Int8Linear, Int8Unavailable, quantize_bilm, token_cosines, weight_bytes
 
 MEAN_COSINE, MIN_COSINE = 0.999, 0.995
 
 
 def layer_cosines(fp32: list[np.ndarray], int8: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Per layer, the mean and minimum over tokens of cos(int8 vector, float32 vector)."""
-    a, b = np.concatenate(fp32, axis=1), np.concatenate(int8, axis=1)
-    cos = (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
+    cos = np.concatenate([token_cosines(a, b) for a, b in zip(fp32, int8)], axis=1)
     return cos.mean(axis=1), cos.min(axis=1)
 
 

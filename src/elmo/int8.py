@@ -25,6 +25,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 
+import numpy as np
 import torch
 
 from .errors import ElmoError
@@ -214,3 +215,9 @@ def weight_bytes(bilm) -> tuple[int, int]:
     if not is_quantized(bilm):
         return fp32, 0
     return fp32, enc.int8.nbytes + sum(layer.int8.nbytes for layer in layers)
+
+
+def token_cosines(fp32: np.ndarray, int8: np.ndarray) -> np.ndarray:
+    """(L+1, n, D) vectors of one sentence from each path -> (L+1, n) cosines, for the accuracy checks."""
+    dot = (fp32.astype(np.float64) * int8).sum(-1)
+    return dot / np.maximum(np.linalg.norm(fp32, axis=-1) * np.linalg.norm(int8, axis=-1), 1e-30)
