@@ -98,7 +98,7 @@ def worker_embed(args) -> dict:
     if args.order == "sorted":
         sentences.sort(key=len, reverse=True)
     embedder = Embedder.from_files(args.options, args.weights, device=args.device, batch_size=args.batch_size,
-                                   bf16=args.precision == "bf16")
+                                   bf16=args.precision == "bf16", int8=args.precision == "int8")
 
     def run_all(subset=sentences):
         embedder.bilm.token_cache.clear()  # each pass starts cold, as one run over a file does
@@ -193,7 +193,7 @@ def run_worker(argv: list[str]) -> None:
     p.add_argument("--order", choices=["file", "sorted"], default="file")
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--precision", choices=["fp32", "bf16", "int8"], default="fp32")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--dump")
     p.add_argument("--dump-sentences", type=int, default=64)

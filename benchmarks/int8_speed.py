@@ -1,0 +1,136 @@
+"""int8 beside float32 embedding on the CPU, measured in one run (issue #49).
+
+    python benchmarks/int8_speed.py --shapes bundled,original --threads 1,2 --passes 5 \\
+        --out benchmarks/results/int8-speed-cpu.json
+    python benchmarks/int8_speed.py --render benchmarks/results/int8-speed-cpu.json
+
+For each shape, thread count and order (file order, or sorted by length), `benchmarks/speed.py
+worker embed` runs once with float32 and once with `--precision int8`, one after the other, each in
+its own process (so peak RSS is per measurement): a warm-up of two batches, then --passes passes
+over the sentences (the first --sentences lines of ../shared/data/wiki_corpus/valid.txt, as
+benchmarks/speed.py), tokens/s the median. `bundled` is the bundled default model; `original` the
+published ELMo's shapes with random weights (`torch.manual_seed(0)`, as benchmarks/speed.py). Also
+reported: the weights that int8 converts, in float32 and in int8 (`elmo.int8.weight_bytes`), and
+the cosine of the int8 vectors to the float32 ones on the first 64 sentences.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from elmo import load_bilm, resolve_model, save_bilm
+from elmo.int8 import quantize_bilm, token_cosines, weight_bytes
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from speed import SENTENCES, options_for, run_json  # noqa: E402
+
+SHAPES = ("bundled", "original", "small")
+
+
+def model_files(shape: str, work: Path) -> tuple[Path, Path]:
+    """options.json and weights.hdf5 of a shape: the bundled model's own, or random weights (seed 0)."""
+    if shape == "bundled":
+        files = resolve_model("default")
+        return Path(files.options_file), Path(files.weight_file)
+    from elmo.bilm import BiLM
+    from elmo.options import BiLMConfig
+
+    torch.manual_seed(0)
+    directory = work / shape
+    directory.mkdir()
+    save_bilm(BiLM(BiLMConfig.from_options(options_for(shape))), directory / "options.json", directory / "weights.hdf5")
+    return directory / "options.json", directory / "weights.hdf5"
+
+
+def cosines(fp32_dump: str, int8_dump: str) -> tuple[float, float]:
+    """Mean and minimum over all tokens and layers of cos(int8, float32) in two workers' dumps."""
+    a, b = np.load(fp32_dump), np.load(int8_dump)
+    cos = np.concatenate([token_cosines(a[k], b[k]).ravel() for k in a.files])
+    return float(cos.mean()), float(cos.min())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", default="bundled,original", help=f"any of {', '.join(SHAPES)}")
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--orders", default="file,sorted")
+    p.add_argument("--sentences", type=int, default=1000)
+    p.add_argument("--passes", type=int, default=5)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--out", default=str(HERE / "results" / "int8-speed-cpu.json"))
+    p.add_argument("--render", metavar="JSON", help="measure nothing: print the table of a results file")
+    args = p.parse_args()
+    if args.render:
+        print(markdown_table(json.loads(Path(args.render).read_text())))
+        return
+    if not SENTENCES.exists():
+        sys.exit(f"needs {SENTENCES}")
+    work = Path(tempfile.mkdtemp(prefix="elmo-int8-speed-"))
+    sentence_file = work / "sentences.txt"
+    lines = SENTENCES.read_text(encoding="utf-8").splitlines()[: args.sentences]
+    sentence_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    results = {"machine": {"platform": platform.platform(), "processor": platform.processor(), "torch": torch.__version__,
+                           "cpu_capability": torch.backends.cpu.get_cpu_capability()},
+               "sentences": len(lines), "tokens": sum(len(line.split()) for line in lines),
+               "batch_size": args.batch_size, "passes": args.passes, "rows": []}
+    out = Path(args.out)
+    me = [sys.executable, str(HERE / "speed.py"), "worker", "embed"]
+    for shape in [s for s in args.shapes.split(",") if s]:
+        if shape not in SHAPES:
+            sys.exit(f"--shapes: expected any of {SHAPES}, found {shape!r}")
+        options, weights = model_files(shape, work)
+        bilm = load_bilm(options, weights)
+        quantize_bilm(bilm)
+        fp32_bytes, int8_bytes = weight_bytes(bilm)
+        del bilm
+        for threads in [int(t) for t in args.threads.split(",")]:
+            for order in [o for o in args.orders.split(",") if o]:
+                common = ["--options", str(options), "--weights", str(weights), "--sentences", str(sentence_file),
+                          "--threads", str(threads), "--order", order, "--passes", str(args.passes),
+                          "--batch-size", str(args.batch_size)]
+                runs = {precision: run_json(me + ["--precision", precision, "--dump", str(work / f"{precision}.npz")]
+                                            + common) for precision in ("fp32", "int8")}
+                mean, worst = cosines(str(work / "fp32.npz"), str(work / "int8.npz"))
+                row = {"shape": shape, "threads": threads, "order": order, "fp32": runs["fp32"], "int8": runs["int8"],
+                       "speedup": runs["int8"]["tokens_per_s"] / runs["fp32"]["tokens_per_s"],
+                       "weight_bytes": {"fp32": fp32_bytes, "int8": int8_bytes},
+                       "cosine_first_sentences": {"mean": mean, "min": worst}}
+                results["rows"].append(row)
+                print(table_row(row), flush=True)
+                out.parent.mkdir(exist_ok=True)
+                tmp = out.with_suffix(".tmp")
+                tmp.write_text(json.dumps(results, indent=2) + "\n")
+                tmp.replace(out)
+    print()
+    print(markdown_table(results))
+
+
+def table_row(row: dict) -> str:
+    f, q, w = row["fp32"], row["int8"], row["weight_bytes"]
+    return (f"| {row['shape']} | {row['threads']} | {row['order']} | {f['tokens_per_s']:,.0f} | {q['tokens_per_s']:,.0f} "
+            f"| x{row['speedup']:.2f} | {f['peak_rss_mb']:,.0f} MB / {q['peak_rss_mb']:,.0f} MB "
+            f"| {w['fp32'] / 2**20:,.1f} MB / {w['int8'] / 2**20:,.1f} MB ({w['int8'] / w['fp32']:.2f}) "
+            f"| {row['cosine_first_sentences']['mean']:.5f} / {row['cosine_first_sentences']['min']:.5f} |")
+
+
+def markdown_table(results: dict) -> str:
+    head = (f"{results['sentences']:,} sentences, {results['tokens']:,} tokens, batch {results['batch_size']}, "
+            f"median of {results['passes']} passes; torch {results['machine']['torch']}, "
+            f"{results['machine']['cpu_capability']}\n\n"
+            "| shape | threads | order | fp32 tok/s | int8 tok/s | int8 / fp32 | peak RSS fp32 / int8 "
+            "| converted weights fp32 / int8 | cosine int8 to fp32, mean / min |\n"
+            "|---|---:|---|---:|---:|---:|---:|---:|---:|")
+    return "\n".join([head] + [table_row(row) for row in results["rows"]])
+
+
+if __name__ == "__main__":
+    main()
