@@ -140,3 +140,16 @@ def test_cli_int8_writes_vectors_close_to_float32(tmp_path, sentences, one_threa
         mean, worst = layer_cosines([f32[str(i)][...] for i in range(8)], [f8[str(i)][...] for i in range(8)])
     assert (mean >= MEAN_COSINE).all() and (worst >= MIN_COSINE).all()
     assert not np.array_equal(mean, np.ones_like(mean))
+
+
+def test_task_features_from_int8_have_their_own_cache(allennlp_dir, tmp_path, sentences, one_thread):
+    from elmo.int8 import is_quantized
+    from elmo.tasks import ElmoSpec, build_cache
+
+    files = dict(options=str(allennlp_dir / "options.json"), weights=str(allennlp_dir / "lm_weights.hdf5"))
+    fp32, int8 = ElmoSpec.resolve(**files), ElmoSpec.resolve(**files, int8=True)
+    assert fp32.fingerprint() != int8.fingerprint() and is_quantized(int8.embedder().bilm)
+    a, b = (build_cache(spec, sentences[:4], tmp_path, "ner-train") for spec in (fp32, int8))
+    assert a.path != b.path
+    mean, worst = layer_cosines([a[i] for i in range(4)], [b[i] for i in range(4)])
+    assert (mean >= MEAN_COSINE).all() and (worst >= MIN_COSINE).all() and (mean < 1).any()

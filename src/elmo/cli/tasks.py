@@ -19,6 +19,8 @@ def _add_elmo_args(p: argparse.ArgumentParser, allow_none: bool) -> None:
     p.add_argument("--cache-dir", default="runs/cache", help="where cached biLM features go (default: runs/cache)")
     p.add_argument("--limit", type=int, default=None, help="only the first N sentences of each file (smoke tests)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--int8", action="store_true",
+                   help="biLM features from the int8 model (docs/performance.md#int8; cached under their own key)")
 
 
 def _elmo_spec(args, allow_none: bool):
@@ -28,10 +30,10 @@ def _elmo_spec(args, allow_none: bool):
     if args.model == "none":
         if not allow_none:
             raise InputError("a probe needs a biLM: --model none is not possible here")
-        if args.options or args.weights:
-            raise InputError("--model none is the static baseline; it takes no --options/--weights")
+        if args.options or args.weights or args.int8:
+            raise InputError("--model none is the static baseline; it takes no --options/--weights/--int8")
         return None
-    return ElmoSpec.resolve(args.model, args.options, args.weights)
+    return ElmoSpec.resolve(args.model, args.options, args.weights, int8=args.int8)
 
 
 INPUT_FLAGS = ("train", "dev", "test", "static", "options", "weights", "train_xml", "train_keys", "test_xml",

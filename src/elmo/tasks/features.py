@@ -33,19 +33,23 @@ class ElmoSpec:
     options_file: str
     weight_file: str
     name: str | None = None
+    int8: bool = False  # features from the int8 biLM (`elmo.int8`): cached under their own key
 
     @classmethod
-    def resolve(cls, model: str | None = None, options: str | None = None, weights: str | None = None) -> ElmoSpec:
+    def resolve(cls, model: str | None = None, options: str | None = None, weights: str | None = None,
+                int8: bool = False) -> ElmoSpec:
         files = resolve(model, options, weights).original_files()
-        return cls(os.path.abspath(files.options_file), os.path.abspath(files.weight_file), model)
+        return cls(os.path.abspath(files.options_file), os.path.abspath(files.weight_file), model, int8)
 
     def embedder(self, batch_size: int = 32, device: str = "cpu") -> Embedder:
-        return Embedder.from_files(self.options_file, self.weight_file, device=device, batch_size=batch_size)
+        return Embedder.from_files(self.options_file, self.weight_file, device=device, batch_size=batch_size,
+                                   int8=self.int8)
 
     def fingerprint(self) -> str:
-        """Hash of the model's bytes (options + weights), not of its path."""
-        return _file_hash(self.options_file, self.weight_file,
-                          os.path.getmtime(self.weight_file), os.path.getsize(self.weight_file))
+        """Hash of the model's bytes (options + weights), not of its path; int8 features get their own."""
+        digest = _file_hash(self.options_file, self.weight_file,
+                            os.path.getmtime(self.weight_file), os.path.getsize(self.weight_file))
+        return digest + "-int8" if self.int8 else digest
 
     def num_layers(self) -> int:
         """L+1: the token layer and the LSTM layers, from options.json (checked before any work is done)."""
@@ -53,7 +57,7 @@ class ElmoSpec:
         return read_options(self.options_file).n_layers + 1
 
     def describe(self) -> str:
-        return self.name or f"{self.options_file} + {self.weight_file}"
+        return (self.name or f"{self.options_file} + {self.weight_file}") + (" (int8)" if self.int8 else "")
 
 
 @functools.lru_cache(maxsize=8)

@@ -78,8 +78,9 @@ def read_task_model(path: str | os.PathLike, accept_old: bool = False) -> dict:
         raise ModelFileError(f"{path}: 'vocab' must be a list of words (str)")
     elmo = _field(state, "elmo", (dict, type(None)), path)
     if elmo is not None and (not isinstance(elmo.get("options_file"), str) or not isinstance(elmo.get("weight_file"), str)
-                             or not isinstance(elmo.get("name"), (str, type(None))) or set(elmo) - {"options_file", "weight_file", "name"}):
-        raise ModelFileError(f"{path}: 'elmo' must be null or {{options_file, weight_file, name}}, found {elmo!r}")
+                             or not isinstance(elmo.get("name"), (str, type(None))) or not isinstance(elmo.get("int8", False), bool)
+                             or set(elmo) - {"options_file", "weight_file", "name", "int8"}):
+        raise ModelFileError(f"{path}: 'elmo' must be null or {{options_file, weight_file, name[, int8]}}, found {elmo!r}")
     _field(state, "static", (str, type(None)), path)
     state.setdefault("scalar_mix", None)
     state.setdefault("metrics", {})

@@ -39,7 +39,7 @@ class TaskModel:
         self.metrics = state.get("metrics", {})
         self.elmo = elmo or (ElmoSpec(**state["elmo"]) if state["elmo"] else None)
         if elmo is None and self.elmo and self.elmo.name and not os.path.isfile(self.elmo.weight_file):
-            self.elmo = ElmoSpec.resolve(model=self.elmo.name)  # a bundled model, installed elsewhere now
+            self.elmo = ElmoSpec.resolve(model=self.elmo.name, int8=self.elmo.int8)  # a bundled model, installed elsewhere now
         if self.config.elmo_layers and self.elmo is None:
             raise ModelFileError(f"{path}: the model was trained with ELMo but names no biLM")
         self._embedder = None
