@@ -26,8 +26,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from elmo import load_bilm, resolve_model, save_bilm
+from elmo import load_bilm, save_bilm
 from elmo.int8 import quantize_bilm, token_cosines, weight_bytes
+from elmo.models import resolve
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -39,7 +40,7 @@ SHAPES = ("bundled", "original", "small")
 def model_files(shape: str, work: Path) -> tuple[Path, Path]:
     """options.json and weights.hdf5 of a shape: the bundled model's own, or random weights (seed 0)."""
     if shape == "bundled":
-        files = resolve_model("default")
+        files = resolve("default").original_files()
         return Path(files.options_file), Path(files.weight_file)
     from elmo.bilm import BiLM
     from elmo.options import BiLMConfig
