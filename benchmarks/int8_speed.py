@@ -12,6 +12,14 @@ benchmarks/speed.py), tokens/s the median. `bundled` is the bundled default mode
 published ELMo's shapes with random weights (`torch.manual_seed(0)`, as benchmarks/speed.py). Also
 reported: the weights that int8 converts, in float32 and in int8 (`elmo.int8.weight_bytes`), and
 the cosine of the int8 vectors to the float32 ones on the first 64 sentences.
+
+    python benchmarks/int8_speed.py --kernels [--threads 1]
+
+times one matrix product at the LSTM's shapes (rows x in x out) with each candidate kernel: float32
+MKL and oneDNN (packed weight, as `LstmLayer` uses it), ours (`elmo.int8.Int8Linear`: fbgemm with
+per-row activation scales), fbgemm's plain dynamic linear (one scale per tensor: faster, but a row's
+result would depend on its batch), `torch._int_mm`, and torchao's int8 dynamic-activation linear if
+torchao is installed (it is not a dependency). Median of repeated calls for about a second each.
 """
 
 from __future__ import annotations
@@ -21,13 +29,14 @@ import json
 import platform
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from elmo import load_bilm, save_bilm
-from elmo.int8 import quantize_bilm, token_cosines, weight_bytes
+from elmo.int8 import Int8Linear, quantize_bilm, token_cosines, weight_bytes
 from elmo.models import resolve
 
 HERE = Path(__file__).resolve().parent
@@ -35,6 +44,58 @@ sys.path.insert(0, str(HERE))
 from speed import SENTENCES, options_for, run_json  # noqa: E402
 
 SHAPES = ("bundled", "original", "small")
+KERNEL_SHAPES = [(64, 512, 16384), (64, 4096, 512), (16, 512, 16384), (4, 512, 16384), (2048, 512, 16384)]
+
+
+def median_seconds(fn, budget: float = 1.0) -> float:
+    fn(), fn()
+    times, start = [], time.perf_counter()
+    while time.perf_counter() - start < budget:
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return sorted(times)[len(times) // 2]
+
+
+def kernel_candidates(rows: int, weight: torch.Tensor) -> dict:
+    """name -> a function of x (rows, in) computing x @ weight (in, out) in that kernel's way."""
+    from elmo.bilm import onednn_linear, onednn_pack
+
+    ours = Int8Linear(weight)
+    packed = onednn_pack(weight.t().contiguous(), rows)
+    candidates = {"fp32 MKL": lambda x: x @ weight, "fp32 oneDNN packed": lambda x: onednn_linear(x, packed),
+                  "int8 ours (fbgemm, per-row)": ours,
+                  "int8 fbgemm per-tensor": lambda x: torch.ops.quantized.linear_dynamic(x, ours._packed, True)}
+    w_int8 = torch.randint(-127, 128, weight.shape, dtype=torch.int8)
+    candidates["int8 torch._int_mm"] = lambda x: torch._int_mm(x.to(torch.int8), w_int8)
+    try:
+        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+        linear = torch.nn.Linear(*weight.shape, bias=False)
+        quantize_(linear, Int8DynamicActivationInt8WeightConfig())
+        candidates["int8 torchao dynamic"] = linear
+    except ImportError:
+        pass
+    return candidates
+
+
+def time_kernels(threads: int) -> None:
+    torch.set_num_threads(threads)
+    print(f"{threads} thread(s), torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}; GFLOP/s\n")
+    names = None
+    for rows, n_in, n_out in KERNEL_SHAPES:
+        torch.manual_seed(0)
+        x, weight = torch.randn(rows, n_in), torch.randn(n_in, n_out) * 0.05
+        candidates = kernel_candidates(rows, weight)
+        with torch.no_grad():
+            rates = {name: 2 * rows * n_in * n_out / median_seconds(lambda f=fn, x=x: f(x)) / 1e9
+                     for name, fn in candidates.items()}
+        if names is None:
+            names = list(rates)
+            print("| rows x in x out | " + " | ".join(names) + " | ours / best fp32 |")
+            print("|---|" + "---:|" * (len(names) + 1))
+        best = max(rates["fp32 MKL"], rates["fp32 oneDNN packed"])
+        print(f"| {rows} x {n_in} x {n_out} | " + " | ".join(f"{rates[n]:.1f}" for n in names)
+              + f" | x{rates['int8 ours (fbgemm, per-row)'] / best:.2f} |", flush=True)
 
 
 def model_files(shape: str, work: Path) -> tuple[Path, Path]:
@@ -69,7 +130,12 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--out", default=str(HERE / "results" / "int8-speed-cpu.json"))
     p.add_argument("--render", metavar="JSON", help="measure nothing: print the table of a results file")
+    p.add_argument("--kernels", action="store_true", help="time one product per kernel at the LSTM's shapes instead")
     args = p.parse_args()
+    if args.kernels:
+        for threads in [int(t) for t in args.threads.split(",")]:
+            time_kernels(threads)
+        return
     if args.render:
         print(markdown_table(json.loads(Path(args.render).read_text())))
         return
