@@ -7,7 +7,7 @@ float32 and `int8=True`, and prints per layer the mean, minimum and 0.1th percen
 against the targets mean >= 0.999 and minimum >= 0.99 (issue #49). `bundled` is the bundled default
 model; `original` is a biLM of the published ELMo's shapes (2x4096_512_2048cnn_2xhighway) with
 random weights (bilm-tf's initialisation, `torch.manual_seed(--seed)`), since the published weights
-are not part of the repository. See docs/performance.md#int8.
+are not part of the repository. See docs/performance.md#int8-on-cpu.
 """
 
 from __future__ import annotations

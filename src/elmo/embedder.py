@@ -60,7 +60,7 @@ class Embedder:
                  bf16: bool = False, int8: bool = False):
         """`bf16=True` runs the biLM under bfloat16 autocast (outputs stay float32): for GPUs with bf16
         units; on a CPU without native bf16 it is correct but several times slower than float32.
-        `int8=True` runs its matrix products in int8 on the CPU (`elmo.int8`, docs/performance.md#int8)."""
+        `int8=True` runs its matrix products in int8 on the CPU (`elmo.int8`, docs/performance.md#int8-on-cpu)."""
         check_int8_choice(int8, device, bf16)
         self.device = check_device(device)
         self.batch_size = check_batch_size(batch_size)

@@ -9,7 +9,7 @@ stays float32. The float32 parameters are kept and never changed, so nothing is 
 weights.hdf5, and `state_dict()` is the float32 model's.
 
 The kernel is torch's own fbgemm linear with a prepacked weight (`quantized::linear_dynamic`), the
-fastest int8 product on the CPUs this was measured on (docs/performance.md#int8); torchao's CPU
+fastest int8 product on the CPUs this was measured on (docs/performance.md#int8-on-cpu); torchao's CPU
 path for int8 activations runs `torch._int_mm`, 20x slower than float32 there. fbgemm quantizes its
 input with one scale per tensor, so each row is scaled to integers in [-63, 63] here first and one
 extra row pins the tensor's range to [-64, 63]: fbgemm's scale is then exactly 1, its quantization

@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="bfloat16 autocast (for GPUs; outputs are stored in --dtype; slow on CPUs without bf16)")
     p.add_argument("--int8", action="store_true",
                    help="int8 matrix products on the CPU: faster, at a small measured accuracy cost "
-                   "(docs/performance.md#int8); not with --bf16 or a GPU")
+                   "(docs/performance.md#int8-on-cpu); not with --bf16 or a GPU")
     p.add_argument("--device", default="cpu",
                    help="cpu, cuda or cuda:N (under torchrun, cuda means one GPU per local rank)")
     p.set_defaults(func=run, output_format="all")

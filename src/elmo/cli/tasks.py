@@ -20,7 +20,7 @@ def _add_elmo_args(p: argparse.ArgumentParser, allow_none: bool) -> None:
     p.add_argument("--limit", type=int, default=None, help="only the first N sentences of each file (smoke tests)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--int8", action="store_true",
-                   help="biLM features from the int8 model (docs/performance.md#int8; cached under their own key)")
+                   help="biLM features from the int8 model (docs/performance.md#int8-on-cpu; cached under their own key)")
 
 
 def _elmo_spec(args, allow_none: bool):
