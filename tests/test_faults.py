@@ -334,3 +334,23 @@ def test_fault10_any_error_on_rank0_is_sent_to_the_other_ranks(monkeypatch):
     monkeypatch.setattr(dist, "broadcast_object_list", receive)
     with pytest.raises(ElmoError, match="rank 0 failed: PermissionError"):
         Ranks(rank=1, world=2).from_rank0(make)
+
+
+def test_atomic_writes_get_the_usual_mode_without_touching_the_umask(tmp_path, monkeypatch):
+    """fileio makes its temporary file and folder with 0666/0777 less the umask, and never sets the umask
+    (process-wide, so not thread-safe) to learn it."""
+    from elmo.fileio import atomic_dir, atomic_path
+
+    old = os.umask(0o027)
+    try:
+        monkeypatch.setattr(os, "umask", lambda *a: pytest.fail("fileio set the umask"))
+        with atomic_path(tmp_path / "f.txt") as tmp:
+            Path(tmp).write_text("x")
+        with atomic_dir(tmp_path / "d") as tmp:
+            Path(tmp, "inside").write_text("y")
+    finally:
+        monkeypatch.undo()
+        os.umask(old)
+    assert (tmp_path / "f.txt").stat().st_mode & 0o777 == 0o640
+    assert (tmp_path / "d").stat().st_mode & 0o777 == 0o750
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "f.txt"]

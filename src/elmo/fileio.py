@@ -9,6 +9,7 @@ import gzip
 import hashlib
 import io
 import os
+import secrets
 import tempfile
 from collections.abc import Callable, Iterator
 
@@ -29,11 +30,9 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[str]:
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise InputError(f"{path}: the directory {directory} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=suffix, dir=directory)
-    os.close(fd)
+    tmp = _create_beside(path, suffix, folder=False)
     try:
         yield tmp
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file a normal mode
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -41,10 +40,22 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[str]:
         raise
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def _create_beside(path: str, suffix: str, folder: bool) -> str:
+    """A new, empty file or folder under a fresh name beside `path`, made with the usual mode (0666 or
+    0777 less the umask, applied by the system: mkstemp/mkdtemp would make it private, and reading the
+    umask means setting it, which is not thread-safe)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    for _ in range(100):
+        name = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}{suffix}")
+        try:
+            if folder:
+                os.mkdir(name, 0o777)
+            else:
+                os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return name
+        except FileExistsError:
+            continue
+    raise OutputError(f"{path}: could not create a temporary name beside it")
 
 
 def check_file(path: str | os.PathLike, what: str = "a text file", regular: bool = False, noun: str = "file") -> str:
@@ -272,10 +283,9 @@ def atomic_dir(path: str | os.PathLike, replace: tuple[str, ...] = ()) -> Iterat
         raise InputError(f"{path}: the directory {parent} does not exist")
     if os.path.exists(path) and not os.path.isdir(path):
         raise InputError(f"{path}: is a file, expected a folder to write")
-    tmp = tempfile.mkdtemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=parent)
+    tmp = _create_beside(path, ".tmp", folder=True)
     try:
         yield tmp
-        os.chmod(tmp, 0o777 & ~_umask())
         if not os.path.isdir(path):
             os.replace(tmp, path)
             return
