@@ -18,6 +18,34 @@ BILM_TF = FIXTURES / "bilm-tf-model"
 DATA = SHARED / "data"
 
 
+def micro_options(dim: int, projection_dim: int, widths: tuple[int, ...]) -> dict:
+    """options.json of a biLM small enough to train in seconds."""
+    return {
+        "lstm": {"dim": dim, "projection_dim": projection_dim, "n_layers": 2, "cell_clip": 3, "proj_clip": 3,
+                 "use_skip_connections": True},
+        "char_cnn": {"activation": "relu", "embedding": {"dim": 4}, "filters": [[w + 1, n] for w, n in enumerate(widths)],
+                     "n_highway": 1, "max_characters_per_token": 50, "n_characters": 262},
+    }
+
+
+MICRO = micro_options(16, 8, (4, 4, 8))  # the training unit tests' model
+MICRO_RUN = micro_options(32, 16, (8, 8, 16))  # the end-to-end runs' model (train, export, resume)
+
+
+def subprocess_env() -> dict:
+    """The environment of a second interpreter: this checkout's code (as pytest's `pythonpath`), one thread."""
+    return dict(os.environ, PYTHONPATH=str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                OMP_NUM_THREADS="1")
+
+
+def word_ids(sentences: list[list[str]], index: dict[str, int]) -> torch.Tensor:
+    """(B, T) ids of each word in `index` (a word cache's rows), 0 after each sentence's end."""
+    ids = torch.zeros(len(sentences), max(map(len, sentences)), dtype=torch.long)
+    for r, s in enumerate(sentences):
+        ids[r, : len(s)] = torch.tensor([index[w] for w in s])
+    return ids
+
+
 def need(path: Path) -> Path:
     """Skip (with the reason) when a shared file is absent; CI has ../shared, so there it runs."""
     if not path.exists():

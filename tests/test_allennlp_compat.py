@@ -25,6 +25,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from conftest import word_ids
 from torch import nn
 
 from elmo import Elmo, ElmoEmbedder, batch_to_ids, load_bilm, remove_sentence_boundaries
@@ -162,13 +163,6 @@ def test_vocabulary_cache_is_allennlps_word_embedding(files):
 
 
 # --- the behaviours AllenNLP's Elmo tests check --------------------------------------------------
-
-def word_ids(sentences, index):
-    ids = torch.zeros(len(sentences), max(map(len, sentences)), dtype=torch.long)
-    for r, s in enumerate(sentences):
-        ids[r, : len(s)] = torch.tensor([index[w] for w in s])
-    return ids
-
 
 def test_words_beyond_the_cache_fall_back_to_the_char_cnn(files):
     vocab = ["@@PADDING@@", "here", "is"]  # cached; "This", "OOV", "so", "this" get ids beyond it

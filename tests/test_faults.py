@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import BILM_TF, need
-from test_training_runs import MICRO
+from conftest import BILM_TF, MICRO_RUN, need, subprocess_env
 
 from elmo import ElmoEmbedder, Embedder
 from elmo.cli import main as cli_main
@@ -76,7 +75,7 @@ def test_fault1_disk_filling_up_while_writing_exits_2_without_a_segfault(small_d
     script = ("import sys, elmo.embed_parallel as p; p.check_free_space = lambda *a: None; "
               "from elmo.cli import main; sys.exit(main(sys.argv[1:]))")
     done = subprocess.run([sys.executable, "-c", script, "embed", str(corpus), str(small_disk / "out.hdf5"),
-                           *model_args(allennlp_dir)], capture_output=True, text=True, env=_env())
+                           *model_args(allennlp_dir)], capture_output=True, text=True, env=subprocess_env())
     errors = [line for line in done.stderr.splitlines() if "error:" in line]
     assert done.returncode == 2, done.stderr[-2000:]
     assert len(errors) == 1 and "No space left on device" in errors[0] and "Traceback" not in done.stderr
@@ -108,7 +107,7 @@ RANK0_FAILS = """
 import sys
 from elmo.embed_parallel import Ranks
 from elmo.errors import ElmoError
-ranks = Ranks.from_env()
+ranks = Ranks.fromsubprocess_env()
 def make():
     raise PermissionError(13, "Permission denied", "/data/out.hdf5.parts")
 try:
@@ -126,7 +125,7 @@ def test_fault10_two_real_ranks_stop_when_rank0_fails(tmp_path):
     script = tmp_path / "rank0_fails.py"
     script.write_text(RANK0_FAILS)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)]
-    done = subprocess.run(cmd, env=_env(), timeout=120, capture_output=True, text=True)  # not gloo's 72 hours
+    done = subprocess.run(cmd, env=subprocess_env(), timeout=120, capture_output=True, text=True)  # not gloo's 72 hours
     assert done.returncode != 0
     assert "PermissionError: [Errno 13] Permission denied: '/data/out.hdf5.parts'" in done.stderr  # rank 0's own
     assert "rank 1: rank 0 failed: PermissionError: [Errno 13]" in done.stderr
@@ -175,11 +174,6 @@ def test_fault1_consuming_join_without_root(tmp_path, corpus, allennlp_dir, caps
     assert "each part is removed once it is copied" in capsys.readouterr().err
     assert not (tmp_path / "out.hdf5.parts").exists()
     _h5_equal(out, reference)
-
-
-def _env():
-    return dict(os.environ, PYTHONPATH=str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                OMP_NUM_THREADS="1")
 
 
 # ---- faults 2 and 6: options.json that no model can use --------------------------------------------------------
@@ -277,7 +271,7 @@ def test_fault7_stdin_from_a_pipe_is_refused(tmp_path, corpus, allennlp_dir):
     with subprocess.Popen(["cat", str(corpus)], stdout=subprocess.PIPE) as cat:
         done = subprocess.run([sys.executable, "-m", "elmo", "embed", "/dev/stdin", str(tmp_path / "o.hdf5"),
                                *model_args(allennlp_dir)], stdin=cat.stdout, capture_output=True, text=True,
-                              env=_env())
+                              env=subprocess_env())
     assert done.returncode == 2 and "not a regular file" in done.stderr and "Traceback" not in done.stderr
     assert sorted(os.listdir(tmp_path)) == ["corpus.txt"]
 
@@ -300,7 +294,7 @@ def test_fault9_fresh_run_in_a_dead_runs_out_starts_its_own_metrics(tmp_path):
     data = need(BILM_TF / "train" / "data.txt")
     vocab, options, run = tmp_path / "vocab.txt", tmp_path / "micro.json", tmp_path / "run"
     assert cli_main(["vocab", str(data), "-o", str(vocab)]) == 0
-    options.write_text(json.dumps(MICRO))
+    options.write_text(json.dumps(MICRO_RUN))
     flags = ["train", "--train", str(data), "--vocab", str(vocab), "--options", str(options), "--batch-size", "4",
              "--unroll-steps", "4", "--negatives", "8", "--threads", "1", "--no-progress", "--max-steps", "2",
              "--log-every", "1", "--out", str(run)]

@@ -3,12 +3,12 @@
 The optional extras are hidden from a subprocess by an import hook, as if they were not installed.
 """
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import subprocess_env
 
 REPO = Path(__file__).resolve().parents[1]
 EXTRAS = ["seqeval", "gensim", "matplotlib", "starlette", "uvicorn", "httpx2", "playwright", "pytest"]
@@ -28,7 +28,7 @@ print("lab", main(["lab", "--no-browser"]))
 @pytest.mark.slow  # end to end: `elmo embed` in a second interpreter
 def test_core_install_embeds_and_an_extra_command_names_its_extra(tmp_path):
     """One interpreter (torch imports once): `elmo embed` with the bundled model, then `elmo lab`."""
-    env = dict(os.environ, PYTHONPATH=str(REPO / "src"), OMP_NUM_THREADS="1")
+    env = subprocess_env()
     done = subprocess.run([sys.executable, "-c", HIDE, "embed", str(REPO / "examples" / "sentences.txt"), "out.hdf5"],
                           capture_output=True, text=True, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]

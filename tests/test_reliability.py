@@ -184,22 +184,15 @@ def test_json_is_plain(tmp_path):
 
 # ---- 2. no command writes over its own input ------------------------------------------------------------------
 
-MICRO = {
-    "lstm": {"dim": 32, "projection_dim": 16, "n_layers": 2, "cell_clip": 3, "proj_clip": 3, "use_skip_connections": True},
-    "char_cnn": {"activation": "relu", "embedding": {"dim": 4}, "filters": [[1, 8], [2, 8], [3, 16]], "n_highway": 1,
-                 "max_characters_per_token": 50, "n_characters": 262},
-}
-
-
 @pytest.fixture(scope="module")
 def micro_run(tmp_path_factory):
     """A two-step training run of a micro biLM (seconds): what export, resume and perplexity read."""
-    from conftest import BILM_TF, need
+    from conftest import BILM_TF, MICRO_RUN, need
 
     from elmo.cli import main
     data = need(BILM_TF / "train" / "data.txt")
     root = tmp_path_factory.mktemp("micro")
-    (root / "micro.json").write_text(json.dumps(MICRO))
+    (root / "micro.json").write_text(json.dumps(MICRO_RUN))
     assert main(["vocab", str(data), "-o", str(root / "vocab.txt")]) == 0
     flags = ["--train", str(data), "--vocab", str(root / "vocab.txt"), "--options", str(root / "micro.json"),
              "--batch-size", "4", "--unroll-steps", "5", "--negatives", "8", "--threads", "1", "--no-progress"]

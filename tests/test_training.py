@@ -10,7 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from conftest import BILM_TF, need
+from conftest import BILM_TF, MICRO, need
 
 from elmo.bilm import BiLM
 from elmo.chars import PAD_CHAR
@@ -34,13 +34,6 @@ from elmo.training.presets import preset_options
 from elmo.training.softmax import LogUniformSampler, Sample, Softmax, softmax_nll
 from elmo.training.trainer import TrainSettings, train
 from elmo.training.vocab import Vocab, build_vocab, write_vocab
-
-MICRO = {
-    "lstm": {"dim": 16, "projection_dim": 8, "n_layers": 2, "cell_clip": 3, "proj_clip": 3, "use_skip_connections": True},
-    "char_cnn": {"activation": "relu", "embedding": {"dim": 4}, "filters": [[1, 4], [2, 4], [3, 8]], "n_highway": 1,
-                 "max_characters_per_token": 50, "n_characters": 262},
-}
-
 
 pytestmark = pytest.mark.usefixtures("keep_threads")
 

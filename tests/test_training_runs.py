@@ -6,7 +6,6 @@ import gzip
 import itertools
 import json
 import math
-import os
 import random
 import shutil
 import signal
@@ -20,7 +19,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import BILM_TF, DATA, REPO, need
+from conftest import BILM_TF, DATA, MICRO_RUN, need, subprocess_env
 
 from elmo.chars import batch_to_ids
 from elmo.cli import main as cli_main
@@ -38,20 +37,10 @@ from elmo.training.trainer import TrainSettings, _build_model, _make_optimizer, 
 from elmo.training.vocab import Vocab
 from elmo.weights import dataset_map, load_bilm
 
-MICRO = {
-    "lstm": {"dim": 32, "projection_dim": 16, "n_layers": 2, "cell_clip": 3, "proj_clip": 3, "use_skip_connections": True},
-    "char_cnn": {"activation": "relu", "embedding": {"dim": 4}, "filters": [[1, 8], [2, 8], [3, 16]], "n_highway": 1,
-                 "max_characters_per_token": 50, "n_characters": 262},
-}
 ELMO = Path(sys.executable).parent / "elmo"  # the console script of this environment
 
 
 pytestmark = pytest.mark.usefixtures("keep_threads")
-
-
-def subprocess_env() -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO / "src"))
-    return env
 
 
 @pytest.fixture
@@ -61,7 +50,7 @@ def fixture_run(tmp_path):
     vocab = tmp_path / "vocab.txt"
     assert cli_main(["vocab", str(data), "-o", str(vocab)]) == 0
     options = tmp_path / "micro.json"
-    options.write_text(json.dumps(MICRO))
+    options.write_text(json.dumps(MICRO_RUN))
     flags = ["--train", str(data), "--vocab", str(vocab), "--options", str(options), "--batch-size", "6",
              "--unroll-steps", "8", "--negatives", "16", "--threads", "1", "--no-progress", "--seed", "5"]
     return data, vocab, flags
@@ -90,7 +79,7 @@ def test_tiny_model_beats_unigram_perplexity(tmp_path):
     train_txt.write_text("\n".join(train_lines) + "\n")
     valid_txt.write_text("\n".join(held_out) + "\n")
     assert cli_main(["vocab", str(train_txt), "-o", str(vocab_file)]) == 0
-    settings = TrainSettings(out=str(tmp_path / "run"), train=[str(train_txt)], vocab=str(vocab_file), options=MICRO,
+    settings = TrainSettings(out=str(tmp_path / "run"), train=[str(train_txt)], vocab=str(vocab_file), options=MICRO_RUN,
                              batch_size=16, unroll_steps=20, optimizer="adam", lr=0.02, dropout=0.0, sampled=False,
                              max_steps=300, threads=1, progress=False, log_every=50)
     train(settings)

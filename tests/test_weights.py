@@ -123,7 +123,7 @@ def test_not_hdf5_and_missing_and_directory(tmp_path, allennlp_dir):
         load_bilm(allennlp_dir / "options.json", junk)
     with pytest.raises(ModelFileError, match=r"nope\.hdf5: weight file not found"):
         load_bilm(allennlp_dir / "options.json", tmp_path / "nope.hdf5")
-    with pytest.raises(ModelFileError, match=r"expected a weights\.hdf5 file, found a directory"):
+    with pytest.raises(ModelFileError, match=r"is a directory, expected a weights\.hdf5 file"):
         load_bilm(allennlp_dir / "options.json", tmp_path)
 
 
@@ -138,7 +138,7 @@ def test_nan_weights_are_refused(tmp_path, allennlp_dir):
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("{not json", r"o\.json: not valid JSON \(line 1, column 2"),
+        ("{not json", r"o\.json: options file is not valid JSON \(line 1, column 2"),
         ("[1, 2]", r"o\.json: expected a JSON object, found list"),
         ('{"lstm": {}}', r"o\.json: expected an object 'char_cnn'"),
         ('{"lstm": {"projection_dim": 4}, "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 4]]}}',
@@ -161,7 +161,7 @@ def test_bad_options_files(tmp_path, text, message):
 def test_options_not_utf8_or_missing(tmp_path):
     path = tmp_path / "o.json"
     path.write_bytes(b"\x89HDF\r\n\x1a\n\xff\xfe")
-    with pytest.raises(ModelFileError, match=r"o\.json: not a JSON options file \(not UTF-8"):
+    with pytest.raises(ModelFileError, match=r"o\.json: options file is not UTF-8 text"):
         read_options(path)
     with pytest.raises(ModelFileError, match=r"missing\.json: options file not found"):
         read_options(tmp_path / "missing.json")

@@ -8,14 +8,16 @@ import glob
 import gzip
 import hashlib
 import io
+import json
 import os
 import secrets
 import tempfile
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import h5py
 
-from .errors import InputError, OutputError
+from .errors import ElmoError, InputError, ModelFileError, OutputError
 
 
 @contextlib.contextmanager
@@ -58,14 +60,15 @@ def _create_beside(path: str, suffix: str, folder: bool) -> str:
     raise OutputError(f"{path}: could not create a temporary name beside it")
 
 
-def check_file(path: str | os.PathLike, what: str = "a text file", regular: bool = False, noun: str = "file") -> str:
+def check_file(path: str | os.PathLike, what: str = "a text file", regular: bool = False, noun: str = "file",
+               error: type[ElmoError] = InputError) -> str:
     """`path` as a str, if it names an existing file (with `regular`, not a pipe or device, which can be
-    read only once); else an `InputError` saying what it is instead ("<path>: <noun> not found")."""
+    read only once); else an `error` saying what it is instead ("<path>: <noun> not found")."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        raise InputError(f"{path}: is a directory, expected {what}")
+        raise error(f"{path}: is a directory, expected {what}")
     if not os.path.exists(path):
-        raise InputError(f"{path}: {noun} not found")
+        raise error(f"{path}: {noun} not found")
     if regular and not os.path.isfile(path):
         raise InputError(f"{path}: not a regular file (a pipe or a device can be read only once, and this command "
                          "reads its input more than once); save it to a file first")
@@ -87,6 +90,39 @@ def invalid_utf8(source: str, number: int, raw: bytes, error: UnicodeDecodeError
                       f"{error.start + 1})")
 
 
+def decode_line(raw: bytes, source: str, number: int) -> str:
+    """One line's bytes as text (a leading BOM, which editors write, is not text); invalid UTF-8 is an
+    `InputError` naming the line and the byte."""
+    try:
+        return raw.decode("utf-8-sig" if number == 0 else "utf-8")
+    except UnicodeDecodeError as e:
+        raise invalid_utf8(source, number, raw, e) from None
+
+
+def read_text(path: str | os.PathLike, what: str) -> str:
+    """A whole UTF-8 file of a model (`what`: e.g. "options file"); a `ModelFileError` says what is wrong."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise ModelFileError(f"{path}: {what} not found") from None
+    except IsADirectoryError:
+        raise ModelFileError(f"{path}: is a directory, expected {what}") from None
+    except UnicodeDecodeError as e:
+        raise ModelFileError(f"{path}: {what} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def read_json(path: str | os.PathLike, what: str) -> Any:
+    """`read_text`, parsed as JSON; invalid JSON names the line and column."""
+    text = read_text(path, what)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ModelFileError(f"{os.fspath(path)}: {what} is not valid JSON (line {e.lineno}, column {e.colno}: "
+                             f"{e.msg})") from None
+
+
 def open_text(path: str | os.PathLike) -> io.TextIOBase:
     """Open a UTF-8 text file for reading, transparently gunzipping `*.gz`; strict decoding."""
     path = check_file(path)
@@ -105,13 +141,7 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rb") as f:
         for number, raw in enumerate(f):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise invalid_utf8(path, number, raw, e) from None
-            if number == 0 and text.startswith("\ufeff"):  # the byte-order mark editors write: not text
-                text = text[1:]
-            yield number, text.rstrip("\r\n")
+            yield number, decode_line(raw, path, number).rstrip("\r\n")
 
 
 class GuardedFile(io.RawIOBase):

@@ -19,7 +19,7 @@ from .chars import batch_to_ids
 from .embed_file import OutputSpec, check_output, embed_file, write_lines
 from .embedder import Embedder, check_batch_size
 from .errors import DownloadError, InputError, ModelFileError
-from .fileio import invalid_utf8
+from .fileio import decode_line
 from .models import ModelFiles, resolve
 
 DEFAULT_BATCH_SIZE = 64
@@ -126,9 +126,4 @@ def _numbered(f: IO, name: str) -> Iterator[tuple[int, str]]:
 
 
 def _decoded(line: str | bytes, name: str, number: int) -> str:
-    if isinstance(line, bytes):
-        try:
-            return line.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise invalid_utf8(name, number, line, e) from None
-    return line
+    return decode_line(line, name, number) if isinstance(line, bytes) else line

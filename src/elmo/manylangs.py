@@ -31,6 +31,7 @@ import torch
 
 from .bilm import BiLM
 from .errors import ModelFileError
+from .fileio import read_json, read_text
 from .manylangs_weights import load_weights
 from .options import BiLMConfig, TokenInput
 
@@ -68,22 +69,11 @@ def is_manylangs_dir(path: str | os.PathLike) -> bool:
     return bool(has & {ENCODER_PKL, TOKEN_EMBEDDER_PKL}) or (CONFIG_NAME in has and bool(has & {CHAR_DIC, WORD_DIC}))
 
 
-def _read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelFileError(f"{path}: {what} not found") from None
-    except UnicodeDecodeError as e:
-        raise ModelFileError(f"{path}: {what} is not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except json.JSONDecodeError as e:
-        raise ModelFileError(f"{path}: {what} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-
-
 def read_architecture(directory: Path) -> tuple[dict, str]:
     """config.json -> (the architecture JSON it names, where it came from), resolved as their code does:
     `config_path` under the model directory, else its file name in the directory, else their shipped one."""
     config_file = directory / CONFIG_NAME
-    config = _read_json(config_file, "ELMoForManyLangs config.json")
+    config = read_json(config_file, "ELMoForManyLangs config.json")
     named = config.get("config_path") if isinstance(config, dict) else None
     if not isinstance(named, str) or not named:
         raise ModelFileError(f"{config_file}: expected a string 'config_path' naming the architecture JSON "
@@ -91,7 +81,7 @@ def read_architecture(directory: Path) -> tuple[dict, str]:
     tried = [directory / named, directory / os.path.basename(named)]
     for candidate in tried:
         if candidate.is_file():
-            return _read_json(candidate, "architecture JSON"), str(candidate)
+            return read_json(candidate, "architecture JSON"), str(candidate)
     if os.path.basename(named) in SHIPPED_CONFIGS:
         return json.loads(json.dumps(SHIPPED_ARCHITECTURE)), f"ELMoForManyLangs' shipped {os.path.basename(named)}"
     raise ModelFileError(
@@ -104,12 +94,7 @@ def read_dic(path: Path) -> dict[str, int]:
     """char.dic / word.dic as their reader parses it: each line stripped of surrounding whitespace and
     split at tabs; a line left with one field is the token U+3000 (whitespace, so strip() removed it).
     Lines are Unicode lines (str.splitlines, as their codecs reader), and a later line wins."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ModelFileError(f"{path}: missing; the model's architecture reads this dictionary") from None
-    except UnicodeDecodeError as e:
-        raise ModelFileError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    text = read_text(path, "dictionary (the model's architecture reads it)")
     lexicon: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         fields = line.strip().split("\t")

@@ -11,7 +11,7 @@ from typing import Any
 
 from .chars import MAX_CHARS
 from .errors import ModelFileError
-from .fileio import atomic_path
+from .fileio import atomic_path, read_json
 
 OPTIONS_NAME = "options.json"  # its name in a model directory
 
@@ -203,20 +203,7 @@ def physical_memory() -> int | None:
 def read_options(path: str | os.PathLike) -> BiLMConfig:
     """Parse and check an options.json file; errors name the file and the problem."""
     path = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
-        raise ModelFileError(f"{path}: options file not found") from None
-    except IsADirectoryError:
-        raise ModelFileError(f"{path}: expected an options.json file, found a directory") from None
-    except UnicodeDecodeError as e:
-        raise ModelFileError(f"{path}: not a JSON options file (not UTF-8 text: {e.reason} at byte {e.start})") from None
-    try:
-        options = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ModelFileError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    return BiLMConfig.from_options(options, source=path)
+    return BiLMConfig.from_options(read_json(path, "options file"), source=path)
 
 
 def write_options(config: BiLMConfig | dict, path: str | os.PathLike) -> None:

@@ -16,17 +16,14 @@ from typing import Any
 import torch
 
 from .errors import ModelFileError
+from .fileio import check_file
 
 PLAIN = (str, int, float, bool, type(None))
 
 
 def load_torch_file(path: str | os.PathLike, what: str, hint: str = "") -> Any:
     """torch.load(path, weights_only=True) with one clear error; `hint` follows a refusal (how to re-save)."""
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        raise ModelFileError(f"{path}: is a directory, expected {what}")
-    if not os.path.isfile(path):
-        raise ModelFileError(f"{path}: {what} not found")
+    path = check_file(path, what, noun=what, error=ModelFileError)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:

@@ -12,7 +12,7 @@ import torch
 from .bilm import BiLM
 from .chars import N_CODES
 from .errors import ModelFileError
-from .fileio import atomic_path
+from .fileio import atomic_path, check_file
 from .hub import local_path
 from .options import BiLMConfig, read_options, write_options
 
@@ -54,10 +54,7 @@ def _list_datasets(f: h5py.File) -> list[str]:
 
 
 def _open_hdf5(path: str) -> h5py.File:
-    if os.path.isdir(path):
-        raise ModelFileError(f"{path}: expected a weights.hdf5 file, found a directory")
-    if not os.path.exists(path):
-        raise ModelFileError(f"{path}: weight file not found")
+    check_file(path, "a weights.hdf5 file", noun="weight file", error=ModelFileError)
     try:
         return h5py.File(path, "r")
     except OSError as e:

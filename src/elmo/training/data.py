@@ -33,7 +33,7 @@ import torch
 from ..chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS, token_to_ids
 from ..devices import move_tensors
 from ..errors import InputError
-from ..fileio import check_file, invalid_utf8
+from ..fileio import check_file, decode_line
 
 MAX_LINE_BYTES = 100_000  # far above any real sentence (wiki_corpus' longest is ~3 KB)
 CHUNK_LINES = 100_000  # lines shuffled together; memory is one chunk of raw lines
@@ -73,19 +73,12 @@ def _read_line(f: IO[bytes], path: str, number: int) -> bytes:
     return raw
 
 
-def _decode(raw: bytes, path: str, number: int) -> str:
-    try:
-        return raw.decode("utf-8-sig" if number == 0 else "utf-8")  # a leading BOM (editors write one) is not text
-    except UnicodeDecodeError as e:
-        raise invalid_utf8(path, number, raw, e) from None
-
-
 def read_sentences(path: str) -> Iterator[tuple[int, list[str]]]:
     """(0-based line number, whitespace-split tokens) for each non-blank line of a corpus file."""
     with _open_binary(path) as f:
         number = 0
         while raw := _read_line(f, path, number):
-            words = _decode(raw, path, number).split()
+            words = decode_line(raw, path, number).split()
             if words:
                 yield number, words
             number += 1
@@ -157,7 +150,7 @@ class SentenceSource:
             number = self._lines_read
             self._lines_read += 1
             if raw.strip():
-                lines.append(_decode(raw, self._path, number))
+                lines.append(decode_line(raw, self._path, number))
         self._file_ended = self._lines_read - start < self.chunk_lines
         if self.shuffle:
             rng = np.random.default_rng([self.seed, self.epoch, self.file_pos, self.chunk_no])
