@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_reliability import MANYLANGS, MICRO, tiny_task_model
+from conftest import MICRO_RUN
+from test_reliability import MANYLANGS, tiny_task_model
 
 from elmo.errors import ElmoError
 
@@ -68,7 +69,7 @@ def micro_dir(tmp_path_factory):
     from elmo.cli import main
     data = need(BILM_TF / "train" / "data.txt")
     root = tmp_path_factory.mktemp("fuzz")
-    (root / "micro.json").write_text(json.dumps(MICRO))
+    (root / "micro.json").write_text(json.dumps(MICRO_RUN))
     assert main(["vocab", str(data), "-o", str(root / "vocab.txt")]) == 0
     assert main(["train", "--train", str(data), "--vocab", str(root / "vocab.txt"), "--options", str(root / "micro.json"),
                  "--batch-size", "4", "--unroll-steps", "5", "--negatives", "8", "--threads", "1", "--no-progress",
