@@ -179,6 +179,7 @@ def _fetch_in_process(args: tuple[str, str]) -> tuple[str, str]:
     return str(path), hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow  # four interpreters, each importing torch with elmo (about 15 s on 2 cores)
 def test_four_processes_download_once_and_agree(hub_env, server):
     server.per_chunk_delay = 0.001  # about 0.3 s per download, so the four overlap
     url = server.url("/m/weights.hdf5")

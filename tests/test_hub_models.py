@@ -198,3 +198,18 @@ def test_default_stays_the_bundled_model_and_needs_no_network(hub_env, monkeypat
     assert main(["embed", str(REPO / "examples" / "sentences.txt"), str(tmp_path / "s.hdf5"), "--overwrite"]) == 0
     assert elmo.Embedder().embed_batch([["a"]])[0].shape == (3, 1, 512)
     assert elmo.models.resolve().name == "default"
+
+
+def test_a_hostile_archive_by_url_is_refused_and_nothing_lands_outside_the_cache(hub_env):  # noqa: F811
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w:gz") as t:
+        info = tarfile.TarInfo("../../escaped.json")
+        info.size = 2
+        t.addfile(info, io.BytesIO(b"{}"))
+    with serve({"/evil.tar.gz": archive.getvalue()}) as server:
+        url = server.url("/evil.tar.gz")
+        with pytest.raises(ModelFileError, match=r"escaped.json.* points outside"):
+            elmo.models.resolve(url)
+        assert main(["embed", str(REPO / "examples" / "sentences.txt"), str(hub_env / "o.hdf5"), "--model", url]) == 2
+    assert not list(hub_env.rglob("escaped.json"))
+    assert not list((hub_env / "elmo-cache").rglob("extracted"))
