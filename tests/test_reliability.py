@@ -485,3 +485,19 @@ def test_sents2elmo_bad_output_layer_says_what_is_allowed(layer):
     embedder = Embedder.from_model(str(MANYLANGS))
     with pytest.raises(ValueError, match="output_layer must be -1 \\(mean\\), -2 \\(all\\)"):
         embedder.sents2elmo([["a", "b"]], output_layer=layer)
+
+
+def test_a_damaged_lab_cache_is_rebuilt(tmp_path):
+    from conftest import ALLENNLP, need
+
+    from elmo.lab.reference import build_reference
+    from elmo.weights import load_bilm
+
+    bilm = load_bilm(need(ALLENNLP) / "options.json", ALLENNLP / "lm_weights.hdf5")
+    first = build_reference(bilm, None, cache_dir=tmp_path, log=lambda m: None)
+    (cache,) = tmp_path.glob("reference-*.npz")
+    good = cache.read_bytes()
+    for damaged in (good[: len(good) // 2], b"", b"PK\x03\x04" + bytes(100), good[:30] + bytes(64) + good[94:]):
+        cache.write_bytes(damaged)
+        again = build_reference(bilm, None, cache_dir=tmp_path, log=lambda m: None)
+        assert again.layers.shape == first.layers.shape

@@ -146,8 +146,8 @@ def build_reference(bilm: BiLM, data: Path | None, spec: ReferenceSpec = Referen
     if path.is_file():
         try:
             return ReferenceSet.load(path)
-        except (OSError, ValueError, KeyError) as e:
-            log(f"elmo lab: ignoring unreadable cache {path}: {e}")
+        except Exception as e:  # a damaged cache, whatever numpy raises for it, is rebuilt, never fatal
+            log(f"elmo lab: rebuilding the unreadable cache {path} ({type(e).__name__}: {e})")
     sentences = collect_sentences(data, spec)
     n_tokens = sum(len(s.tokens) for s in sentences)
     log(f"elmo lab: embedding the reference set ({len(sentences)} sentences, {n_tokens} tokens); cached afterwards")
