@@ -1,4 +1,4 @@
-"""The code's shape, checked: no import cycle among the package's modules."""
+"""The code's shape, checked: no import cycle among the package's modules, no function over 80 lines."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 from conftest import REPO
 
 SRC = REPO / "src"
+MAX_FUNCTION_LINES = 80
 
 
 def module_name(path: Path) -> str:
@@ -93,3 +94,18 @@ def test_no_import_cycle_in_the_package():
     assert "elmo.models" in graph and "elmo.manylangs" in graph["elmo.models"]  # the walk sees imports
     assert cycles(graph) == []
 
+
+
+def long_functions(root: Path) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - min([node.lineno] + [d.lineno for d in node.decorator_list]) + 1
+                if lines > MAX_FUNCTION_LINES:
+                    found.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({lines} lines)")
+    return found
+
+
+def test_no_function_over_80_lines():
+    assert long_functions(SRC) + long_functions(REPO / "scripts") == []

@@ -276,7 +276,7 @@ class _Progress:
             self.bar.close()
 
 
-def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dict:
+def _prepare_process(s: TrainSettings, device: torch.device) -> None:
     if s.threads is not None:
         check(s.threads > 0, f"--threads must be positive, found {s.threads}")
         torch.set_num_threads(s.threads)
@@ -284,6 +284,24 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
           "--bf16 needs a GPU (--device cuda) or a CPU with native bfloat16 (AVX512-BF16 or AMX); this CPU has neither")
     if device.type == "cpu":
         keep_freed_memory()
+
+
+def _model_and_optimizer(options: dict, vocab: Vocab, run: dict, rank: int, device: torch.device,
+                         init: bool) -> tuple[LanguageModel, torch.Generator, torch.optim.Optimizer]:
+    """The model on its device (frozen parameters fixed, sparse softmax gradients where they pay) and its optimizer."""
+    torch.manual_seed(run["seed"])
+    model, generator = _build_model(options, vocab, run, rank, init=init)
+    freeze_parameters(model, run.get("freeze", []))
+    model.to(device)
+    # The sampled softmax reads a few rows: Adagrad and SGD then update only those (Adam has no sparse update).
+    model.softmax.sparse_grad = model.sampler is not None and device.type == "cpu" and run["optimizer"] in ("adagrad", "sgd")
+    if model.softmax.sparse_grad:
+        torch.sparse.check_sparse_tensor_invariants.disable()  # the default, said explicitly: torch warns otherwise
+    return model, generator, _make_optimizer(model, options, run)
+
+
+def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dict:
+    _prepare_process(s, device)
     out = Path(s.out)
     options, run, vocab, checkpoint = _open_run(s, rank, world)
     control = run["control"]
@@ -291,16 +309,7 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
     max_steps = total_steps(options, run, files, world)
     if checkpoint is None and options["sample_softmax"]:
         check_frequency_order(vocab, head_counts(files), where=f"the first 200,000 tokens of {files[0]}")
-
-    torch.manual_seed(run["seed"])
-    model, generator = _build_model(options, vocab, run, rank, init=checkpoint is None)
-    freeze_parameters(model, run.get("freeze", []))
-    model.to(device)
-    # The sampled softmax reads a few rows: Adagrad and SGD then update only those (Adam has no sparse update).
-    model.softmax.sparse_grad = model.sampler is not None and device.type == "cpu" and run["optimizer"] in ("adagrad", "sgd")
-    if model.softmax.sparse_grad:
-        torch.sparse.check_sparse_tensor_invariants.disable()  # the default, said explicitly: torch warns otherwise
-    optimizer = _make_optimizer(model, options, run)
+    model, generator, optimizer = _model_and_optimizer(options, vocab, run, rank, device, init=checkpoint is None)
     unroll = options["unroll_steps"]
     batcher = make_batcher(run["batching"], files, vocab, options["batch_size"], unroll, seed=run["seed"],
                            shard=(rank, world), chunk_lines=run["chunk_lines"])
@@ -317,8 +326,9 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
     last_path = latest_checkpoint(out) if checkpoint is not None else None
 
     def save(at_step: int) -> Path | None:
-        if not all(torch.isfinite(p).all() for p in params):
-            raise TrainingError(_nan_message(at_step, float("nan"), float("nan"), last_path, what="model's weights"))
+        bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
+        if bad:
+            raise TrainingError(_nan_message(at_step, f"the model's weights are not finite ({', '.join(bad)})", last_path))
         mine = {"data": batcher.state(), "lstm": _states_to(states, "cpu"), "rng": _rng_state(generator, device)}
         everyone = distributed.gather(mine)
         if rank != 0:
@@ -343,11 +353,13 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
             out_of_time = signals["stop"] or (rank == 0 and s.max_minutes is not None and now - start >= 60.0 * s.max_minutes)
             mean_f, mean_b, due, stop = _agree(loss_f, loss_b, due, out_of_time, world)
             if not (math.isfinite(mean_f) and math.isfinite(mean_b)):
-                raise TrainingError(_nan_message(step + 1, mean_f, mean_b, last_path))
+                raise TrainingError(_nan_message(step + 1, f"the loss is not finite (forward {mean_f}, backward {mean_b})",
+                                                 last_path))
             norm = apply_gradients(loss_f, loss_b, unroll, params, options["all_clip_norm_val"], optimizer,
                                    run.get("objective", "mean"))
             if not torch.isfinite(norm):
-                raise TrainingError(_nan_message(step + 1, float("nan"), float("nan"), last_path, what="gradient norm"))
+                raise TrainingError(_nan_message(step + 1, f"the gradient norm is not finite ({float(norm)}; losses: "
+                                                 f"forward {mean_f}, backward {mean_b})", last_path))
             states = detach_states(new_states) if streaming else None
             step += 1
             tokens += batch.n_tokens * world
@@ -421,8 +433,9 @@ def _record(step, tokens, window, seconds, elapsed, norm, lr, objective: str = "
             "lr": lr, "elapsed_s": round(elapsed, 3)}
 
 
-def _nan_message(step: int, loss_f: float, loss_b: float, last_path: Path | None, what: str = "loss") -> str:
+def _nan_message(step: int, found: str, last_path: Path | None) -> str:
+    """`found`: what is not finite, with the values seen."""
     kept = (f"the last good checkpoint, {last_path}, is kept (continue from it with --resume and a lower --lr)"
             if last_path else "no checkpoint had been written yet")
-    return (f"step {step}: the {what} is not finite (forward {loss_f}, backward {loss_b}); training stopped and "
+    return (f"step {step}: {found}; training stopped and "
             f"nothing was saved after step {step - 1}; {kept}. Try a lower --lr or check the corpus.")
