@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import pickle
+import zipfile
 from typing import Any
 
 import torch
@@ -35,7 +36,16 @@ def load_torch_file(path: str | os.PathLike, what: str, hint: str = "") -> Any:
     except MemoryError:
         raise ModelFileError(f"{path}: not {what} (its sizes do not fit in memory)") from None
     except Exception as e:
-        raise ModelFileError(f"{path}: not {what} saved by torch.save ({type(e).__name__}: {_first_line(e)})") from None
+        raise ModelFileError(f"{path}: not {what} saved by torch.save ({_what_went_wrong(path, e)})") from None
+
+
+def _what_went_wrong(path: str, error: BaseException) -> str:
+    """Torch's reason, or for bytes that are neither a torch zip nor a pickle, what they start with."""
+    with open(path, "rb") as f:
+        head = f.read(16)
+    if not zipfile.is_zipfile(path) and not head.startswith(b"\x80"):
+        return f"it starts with {head!r}: neither a torch zip archive nor a pickle"
+    return f"{type(error).__name__}: {_first_line(error)}"
 
 
 def _first_line(error: BaseException) -> str:
