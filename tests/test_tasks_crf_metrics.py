@@ -66,6 +66,7 @@ def test_nll_is_a_probability():
 
 
 def test_span_f1_known_answers():
+    pytest.importorskip("seqeval", reason="span F1 needs the tasks extra (seqeval): pip install -e '.[tasks]'")
     gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
     assert span_f1(gold, gold)["f1"] == 100.0
     # 3 gold spans; predicted: PER right, LOC typed wrong as ORG, ORG missed -> P = 1/2, R = 1/3
@@ -80,6 +81,7 @@ def test_span_f1_known_answers():
 
 def test_span_f1_after_iob1_conversion():
     """Two adjacent PER entities in IOB1 ("I-PER B-PER") stay two entities after conversion."""
+    pytest.importorskip("seqeval", reason="span F1 needs the tasks extra (seqeval): pip install -e '.[tasks]'")
     gold = [iob1_to_iob2(["I-PER", "B-PER", "O", "I-LOC", "I-LOC"])]
     assert gold == [["B-PER", "B-PER", "O", "B-LOC", "I-LOC"]]
     merged = [["B-PER", "I-PER", "O", "B-LOC", "I-LOC"]]  # the two people read as one: 1 of 3 spans wrong

@@ -40,6 +40,7 @@ def test_conll2003_real_file():
 
 
 def test_conll2003_entity_count_preserved():
+    pytest.importorskip("seqeval", reason="counting entities needs the tasks extra (seqeval): pip install -e '.[tasks]'")
     from seqeval.metrics.sequence_labeling import get_entities
     examples = read_conll2003(need(DATA / "conll2003" / "eng.testa.gz"))
     assert len(get_entities([e.tags for e in examples])) == 5942  # README: all entities in testa

@@ -96,15 +96,18 @@ def test_objective_sum_doubles_the_step_and_forward_leaves_the_backward_lstm(tmp
     """One SGD update without clipping or dropout: `sum` moves every weight twice as far as `mean`;
     `forward` moves the forward LSTM as `sum` does and leaves the backward LSTM as initialised."""
     data, vocab = fixture_corpus
+    from elmo.training.settings import fresh_run
+    from elmo.training.trainer import _build_model, _model_options
+
     moved = {}
     for objective in ("mean", "sum", "forward"):
-        out = tmp_path / objective
-        train(settings(tmp_path, data, vocab, out=str(out), objective=objective, optimizer="sgd", lr=0.5, clip_norm=1e9,
-                       dropout=0.0, sampled=False, max_steps=1))
-        after = load_checkpoint(list_checkpoints(out)[-1][1])["model"]
-        train(settings(tmp_path, data, vocab, out=str(tmp_path / f"{objective}-0"), objective=objective, max_steps=1, lr=1e-30,
-                       optimizer="sgd", dropout=0.0, sampled=False))
-        before = load_checkpoint(list_checkpoints(tmp_path / f"{objective}-0")[-1][1])["model"]
+        s = settings(tmp_path, data, vocab, out=str(tmp_path / objective), objective=objective, optimizer="sgd", lr=0.5,
+                     clip_norm=1e9, dropout=0.0, sampled=False, max_steps=1)
+        options, run, lm_vocab = fresh_run(s, _model_options)
+        torch.manual_seed(run["seed"])  # the weights the run starts from, drawn as `train` draws them
+        before = _build_model(options, lm_vocab, run, rank=0)[0].state_dict()
+        train(s)
+        after = load_checkpoint(list_checkpoints(s.out)[-1][1])["model"]
         moved[objective] = {name: after[name] - before[name] for name in after}
     for name, step in moved["mean"].items():
         torch.testing.assert_close(moved["sum"][name], 2 * step, rtol=1e-4, atol=1e-6)
