@@ -46,6 +46,18 @@ def word_ids(sentences: list[list[str]], index: dict[str, int]) -> torch.Tensor:
     return ids
 
 
+def assert_word_cache_matches(elmo, sentences: list[list[str]], index: dict[str, int]) -> torch.Tensor:
+    """`Elmo`'s cached word vectors give the outputs of its char CNN (atol 1e-6); -> the char ids used."""
+    from elmo import batch_to_ids
+
+    ids = batch_to_ids(sentences)
+    with torch.no_grad():
+        cached, direct = elmo(ids, word_ids(sentences, index)), elmo(ids)
+    assert torch.equal(cached["mask"], direct["mask"])
+    torch.testing.assert_close(cached["elmo_representations"][0], direct["elmo_representations"][0], atol=1e-6, rtol=0)
+    return ids
+
+
 def need(path: Path) -> Path:
     """Skip (with the reason) when a shared file is absent; CI has ../shared, so there it runs."""
     if not path.exists():

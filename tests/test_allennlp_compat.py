@@ -25,7 +25,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import word_ids
+from conftest import assert_word_cache_matches, word_ids
 from torch import nn
 
 from elmo import Elmo, ElmoEmbedder, batch_to_ids, load_bilm, remove_sentence_boundaries
@@ -169,12 +169,7 @@ def test_words_beyond_the_cache_fall_back_to_the_char_cnn(files):
     index = {w: i for i, w in enumerate(vocab + ["This", "OOV", "so", "this"])}
     sentences = [["This", "is", "OOV"], ["so", "is", "this", "here"]]
     elmo = Elmo(*files, 1, dropout=0.0, vocab_to_cache=vocab)
-    ids = batch_to_ids(sentences)
-    with torch.no_grad():
-        cached = elmo(ids, word_ids(sentences, index))
-        direct = elmo(ids)
-    assert torch.equal(cached["mask"], direct["mask"])
-    torch.testing.assert_close(cached["elmo_representations"][0], direct["elmo_representations"][0], atol=1e-6, rtol=0)
+    ids = assert_word_cache_matches(elmo, sentences, index)
     with pytest.raises(ValueError, match="beyond the 3 cached ones, which need their character ids"):
         elmo(ids[:, :1], word_ids(sentences, index))
 

@@ -4,7 +4,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import word_ids
+from conftest import assert_word_cache_matches
 
 from elmo import Elmo, Embedder, batch_to_ids, load_bilm, remove_sentence_boundaries
 from elmo.cli import main as cli_main
@@ -62,12 +62,7 @@ def test_elmo_vocab_cache_matches_token_embeddings(allennlp_dir, fixture_sentenc
                 vocab_to_cache=words)
     index = {w: i for i, w in enumerate(words)}
     sentences = [s.split() for s in fixture_sentences[0][:4]]
-    ids = batch_to_ids(sentences)
-    with torch.no_grad():
-        cached = elmo(ids, word_ids(sentences, index))
-        direct = elmo(ids)
-    assert torch.equal(cached["mask"], direct["mask"])
-    torch.testing.assert_close(cached["elmo_representations"][0], direct["elmo_representations"][0], atol=1e-6, rtol=0)
+    assert_word_cache_matches(elmo, sentences, index)
 
 
 def test_elmo_embed_command_stateful_matches_fixture(tmp_path, allennlp_dir, fixture_sentences):
