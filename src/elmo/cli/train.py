@@ -68,7 +68,12 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                    "a model; use it for models you will embed with. stream: bilm-tf's shuffled sentences packed into "
                    "rows with the state carried; such a model may fail from zero state (docs/training.md). ordered: "
                    "the corpus in file order as contiguous streams, state carried (Kim et al.), for text whose "
-                   "order carries meaning (PTB, documents) and scoring with the state carried")
+                   "order carries meaning (PTB, documents) and scoring with the state carried. document: each row "
+                   "one document (blank lines or -DOCSTART- lines separate them) from zero state, the backward LM "
+                   "over the reversed document, for embedding with --context document (docs/documents.md)")
+    p.add_argument("--reset-rate", type=float,
+                   help="with --batching document: the share of sentence starts where the document is cut and the "
+                   "state starts from zero (0: whole documents, the default; 1: every sentence alone)")
     p.add_argument("--objective", choices=list(OBJECTIVES),
                    help="what the update differentiates: mean (default, bilm-tf) or sum of the two directions' losses, "
                    "or the forward LM's alone (for comparisons with one-direction LMs)")
@@ -98,7 +103,9 @@ def _add_perplexity(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--test", nargs="+", required=True, help="files or globs of tokenized text, one sentence per line")
     p.add_argument("--vocab", help="vocabulary (default: the model's vocab.txt)")
     p.add_argument("--mode", choices=PERPLEXITY_MODES, default="stream",
-                   help="stream: state carried across sentences per row, as bilm-tf's test (default); sentence: each from zero state")
+                   help="stream: state carried across sentences per row, as bilm-tf's test (default); sentence: each "
+                   "from zero state; document: each document (blank lines separate them) from zero state, each "
+                   "direction reading it in its own direction")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--unroll-steps", type=int, default=20, help="window length in stream mode (does not change the result)")
     p.add_argument("--device", default="cpu")

@@ -1,7 +1,8 @@
 """Corpus reading and batching as bilm-tf does it (docs/format.md section 7, "Batching").
 
 A `SentenceSource` yields sentences in a seeded, shuffled order that can be resumed exactly from a
-small position record; it never holds more than one chunk of lines. Three batchers (`--batching`):
+small position record; it never holds more than one chunk of lines (a `DocumentSource` yields whole
+documents, separated by blank lines, the same way). Four batchers (`--batching`):
 
 - `SentenceBatcher` (`sentence`, the default): each sentence its own row, from zero LSTM state, as
   the embedder runs a model. A model trained otherwise has never seen a sentence start from zero
@@ -10,6 +11,10 @@ small position record; it never holds more than one chunk of lines. Three batche
   per row, cut into windows of `unroll` tokens, the LSTM state carried across windows.
 - `OrderedBatcher` (`ordered`, Kim et al.'s): the corpus in file order, cut into one contiguous
   stretch per row, the state carried, for text whose order carries meaning (PTB, documents).
+- `DocumentBatcher` (`document`): each row reads one document as a stream from zero state, the
+  backward LM over the reversed document, so each direction's carried state is the text before it
+  in its own reading direction; at a share of sentence starts (`reset_rate`) the document is cut,
+  so the model also keeps working from zero state (the embedder's default).
 
 In `stream` and `sentence`, both directions read the same sentence in the same row: the backward
 stream is the forward one with each sentence reversed, so the two LMs see aligned windows. (bilm-tf
@@ -32,6 +37,7 @@ import torch
 
 from ..chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS, token_to_ids
 from ..devices import move_tensors
+from ..documents import is_document_break
 from ..errors import InputError
 from ..fileio import check_file, decode_line
 
@@ -94,12 +100,15 @@ class SentenceSource:
     the exact position, so a resumed run reads exactly what an uninterrupted one would.
     """
 
+    documents = False  # items are single lines; DocumentSource's are lists of lines
+
     def __init__(self, files: list[str], seed: int = 0, shuffle: bool = True, loop: bool = True,
                  shard: tuple[int, int] = (0, 1), chunk_lines: int = CHUNK_LINES):
         self.files, self.seed, self.shuffle, self.loop = list(files), seed, shuffle, loop
         self.shard, self.chunk_lines = shard, chunk_lines
         self.epoch, self.file_pos, self.chunk_no, self.index = 0, 0, -1, 0
-        self._chunk: list[str] = []
+        self.chunk_start = 0  # the line the current chunk starts at
+        self._chunk: list = []
         self._file_ended = True  # so the first call opens file_pos 0, chunk 0
         self._handle: IO[bytes] | None = None
         self._lines_read = 0
@@ -107,7 +116,8 @@ class SentenceSource:
         self._done = False
 
     def state(self) -> dict:
-        return {"epoch": self.epoch, "file_pos": self.file_pos, "chunk_no": self.chunk_no, "index": self.index}
+        return {"epoch": self.epoch, "file_pos": self.file_pos, "chunk_no": self.chunk_no, "index": self.index,
+                "chunk_start": self.chunk_start}
 
     def restore(self, state: dict) -> None:
         self.close()
@@ -118,7 +128,7 @@ class SentenceSource:
             self._chunk, self._file_ended, self.index = [], True, 0
             return
         self._open(self.file_order()[self.file_pos])
-        for _ in range(self.chunk_no * self.chunk_lines):
+        for _ in range(state.get("chunk_start", self.chunk_no * self.chunk_lines)):  # older checkpoints: fixed chunks
             if not _read_line(self._handle, self._path, self._lines_read):
                 break
             self._lines_read += 1
@@ -141,22 +151,35 @@ class SentenceSource:
             self._handle = None
 
     def _read_chunk(self) -> None:
-        """Read chunk `chunk_no` of the open file (the handle is positioned at its start)."""
-        lines, start = [], self._lines_read
-        for _ in range(self.chunk_lines):
+        """Read chunk `chunk_no` of the open file (the handle is positioned at its start): `chunk_lines`
+        lines, or for documents at least that many and on to the end of the document."""
+        items: list = []
+        document: list[str] = []
+        self.chunk_start = start = self._lines_read
+        self._file_ended = False
+        while self._lines_read - start < self.chunk_lines or (self.documents and document):
             raw = _read_line(self._handle, self._path, self._lines_read)
             if not raw:
+                self._file_ended = True
                 break
             number = self._lines_read
             self._lines_read += 1
-            if raw.strip():
-                lines.append(decode_line(raw, self._path, number))
-        self._file_ended = self._lines_read - start < self.chunk_lines
+            if not self.documents:
+                if raw.strip():
+                    items.append(decode_line(raw, self._path, number))
+            elif is_document_break(line := decode_line(raw, self._path, number)):
+                if document:
+                    items.append(document)
+                document = []
+            else:
+                document.append(line)
+        if document:
+            items.append(document)
         if self.shuffle:
             rng = np.random.default_rng([self.seed, self.epoch, self.file_pos, self.chunk_no])
-            lines = [lines[i] for i in rng.permutation(len(lines))]
+            items = [items[i] for i in rng.permutation(len(items))]
         rank, world = self.shard
-        self._chunk = lines[rank::world]
+        self._chunk = items[rank::world]
         self.index = 0
 
     def _advance(self) -> bool:
@@ -168,7 +191,7 @@ class SentenceSource:
             if self.file_pos >= len(self.files):
                 if not self._produced_this_epoch:
                     raise InputError(
-                        f"{', '.join(self.files)}: no sentences"
+                        f"{', '.join(self.files)}: no {'documents' if self.documents else 'sentences'}"
                         + (f" for rank {self.shard[0]} of {self.shard[1]}" if self.shard[1] > 1 else "")
                         + " (the corpus is empty or only blank lines)"
                     )
@@ -182,26 +205,34 @@ class SentenceSource:
         self._read_chunk()
         return True
 
-    def next(self) -> list[str] | None:
-        """The next sentence's tokens, or None when a non-looping source is done."""
+    def next(self) -> list | None:
+        """The next sentence's tokens (a document's: a list of them), or None when a non-looping source is done."""
         while self.index >= len(self._chunk):
             if self._done or not self._advance():
                 self._done = True
                 return None
-        line = self._chunk[self.index]
+        item = self._chunk[self.index]
         self.index += 1
         self._produced_this_epoch = True
-        return line.split()
+        return [line.split() for line in item] if self.documents else item.split()
 
-    def __iter__(self) -> Iterator[list[str]]:
-        while (words := self.next()) is not None:
-            yield words
+    def __iter__(self) -> Iterator[list]:
+        while (item := self.next()) is not None:
+            yield item
+
+
+class DocumentSource(SentenceSource):
+    """Documents (lists of sentences' tokens) instead of sentences: blank lines or `-DOCSTART-` lines
+    separate them, and a chunk ends at a document's end, so no document is split or shuffled apart."""
+
+    documents = True
 
 
 @dataclass
 class Batch:
     """One window for both directions. `char_ids` (U, 50) holds the batch's distinct input tokens;
-    `fwd_inputs`/`bwd_inputs` (B, T) index it from 1 (0 = no token); targets are vocabulary ids."""
+    `fwd_inputs`/`bwd_inputs` (B, T) index it from 1 (0 = no token); targets are vocabulary ids.
+    `reset` (document batching) marks rows that start a new stream, whose carried state is dropped."""
 
     char_ids: torch.Tensor
     fwd_inputs: torch.Tensor
@@ -210,6 +241,7 @@ class Batch:
     bwd_targets: torch.Tensor
     mask: torch.Tensor
     lengths: torch.Tensor
+    reset: torch.Tensor | None = None  # (B,) rows whose LSTM state starts from zero at this window
 
     @property
     def n_tokens(self) -> int:
@@ -404,14 +436,109 @@ class OrderedBatcher:
         pass
 
 
-BATCHINGS = ("sentence", "stream", "ordered")
+class DocumentBatcher:
+    """Each row reads one document (or a piece of one) as a stream of windows, from zero state.
+
+    A document's sentences, in order, make the forward stream (`<S> w1 .. wn` as inputs, `w1 .. wn
+    </S>` as targets, as in `stream`); the backward stream is the reversed document, so the backward
+    LM's carried state comes from the sentences after the one it reads. Each sentence start after
+    the first cuts the document with probability `reset_rate` (drawn per document from the seed), so
+    1.0 trains on sentences alone and 0.0 on whole documents. A piece starts at a window's start with
+    `Batch.reset` set for its row, and a row whose piece ends early is padded to the window's end.
+    """
+
+    def __init__(self, source: DocumentSource, vocab, rows: int, unroll: int, reset_rate: float = 0.0, seed: int = 0):
+        if not 0.0 <= reset_rate <= 1.0:
+            raise InputError(f"the reset rate must be in [0, 1], found {reset_rate!r}")
+        self.source, self.vocab, self.rows, self.unroll = source, vocab, rows, unroll
+        self.reset_rate, self.seed = reset_rate, seed
+        self._rows: list[list | None] = [None] * rows  # [sentences, streams, position]
+        self._pending: list[list[list[str]]] = []  # pieces of the current document not yet given to a row
+        self._documents = 0  # documents read, which seeds each document's cuts
+
+    def _pieces(self, document: list[list[str]]) -> list[list[list[str]]]:
+        rng = np.random.default_rng([self.seed, 104_729, self._documents])
+        self._documents += 1
+        cuts = rng.random(len(document)) < self.reset_rate
+        pieces: list[list[list[str]]] = []
+        for k, words in enumerate(document):
+            if k == 0 or cuts[k]:
+                pieces.append([])
+            pieces[-1].append(words)
+        return pieces
+
+    def _load(self, sentences: list[list[str]], position: int = 0) -> list:
+        """The (input token, target id) streams of both directions for a piece."""
+        fwd_tokens, fwd_targets, bwd_tokens, bwd_targets = [], [], [], []
+        for words in sentences:
+            tokens = [BOS_TOKEN, *words, EOS_TOKEN]
+            ids = self.vocab.encode(tokens)
+            fwd_tokens += tokens[:-1]
+            fwd_targets += ids[1:]
+        for words in reversed(sentences):
+            tokens = [EOS_TOKEN, *reversed(words), BOS_TOKEN]
+            ids = self.vocab.encode(tokens)
+            bwd_tokens += tokens[:-1]
+            bwd_targets += ids[1:]
+        return [sentences, (fwd_tokens, fwd_targets, bwd_tokens, bwd_targets), position]
+
+    def _next_piece(self) -> list | None:
+        while not self._pending:
+            document = self.source.next()
+            if document is None:
+                return None
+            self._pending = self._pieces(document)
+        return self._load(self._pending.pop(0))
+
+    def next_batch(self) -> Batch | None:
+        packer = _Packer(self.rows, self.unroll)
+        reset = np.zeros(self.rows, dtype=bool)
+        for r in range(self.rows):
+            row = self._rows[r]
+            if row is None or row[2] >= len(row[1][0]):
+                row = self._rows[r] = self._next_piece()
+                if row is None:
+                    continue
+            (fwd_tokens, fwd_targets, bwd_tokens, bwd_targets), pos = row[1], row[2]
+            reset[r] = pos == 0
+            k = min(self.unroll, len(fwd_tokens) - pos)
+            for t in range(k):
+                j = pos + t
+                packer.put(r, t, fwd_tokens[j], bwd_tokens[j], fwd_targets[j], bwd_targets[j])
+            packer.lengths[r] = k
+            row[2] = pos + k
+        if not packer.lengths.any():
+            return None
+        batch = packer.batch()
+        batch.reset = torch.from_numpy(reset)
+        return batch
+
+    def state(self) -> dict:
+        rows = [None if row is None else [row[0], row[2]] for row in self._rows]
+        return {"source": self.source.state(), "rows": rows, "pending": self._pending, "documents": self._documents}
+
+    def restore(self, state: dict) -> None:
+        if len(state["rows"]) != self.rows:
+            raise InputError(f"the checkpoint has {len(state['rows'])} batch rows, this run has {self.rows}")
+        self.source.restore(state["source"])
+        self._rows = [None if row is None else self._load(row[0], row[1]) for row in state["rows"]]
+        self._pending, self._documents = state["pending"], state["documents"]
+
+    def close(self) -> None:
+        self.source.close()
+
+
+BATCHINGS = ("sentence", "stream", "ordered", "document")
 
 
 def make_batcher(batching: str, files: list[str], vocab, rows: int, unroll: int, seed: int = 0,
-                 shard: tuple[int, int] = (0, 1), chunk_lines: int = CHUNK_LINES):
+                 shard: tuple[int, int] = (0, 1), chunk_lines: int = CHUNK_LINES, reset_rate: float = 0.0):
     """The training batcher for `--batching`, reading `files` in a loop (one DDP rank's share)."""
     if batching == "ordered":
         return OrderedBatcher(files, vocab, rows, unroll, shard=shard)
+    if batching == "document":
+        source = DocumentSource(files, seed=seed, shuffle=True, loop=True, shard=shard, chunk_lines=chunk_lines)
+        return DocumentBatcher(source, vocab, rows, unroll, reset_rate=reset_rate, seed=seed)
     source = SentenceSource(files, seed=seed, shuffle=True, loop=True, shard=shard, chunk_lines=chunk_lines)
     if batching == "stream":
         return StreamBatcher(source, vocab, rows, unroll)

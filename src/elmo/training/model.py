@@ -46,6 +46,8 @@ class LanguageModel(nn.Module):
         tokens = torch.cat([tokens.new_zeros(1, tokens.shape[1]), tokens])  # index 0 = no token
         steps = batch.fwd_inputs.shape[1]
         lengths = torch.full_like(batch.lengths, steps) if streaming else batch.lengths
+        if states is not None and batch.reset is not None:
+            states = reset_states(states, batch.reset)
         fwd_states, bwd_states = states if states is not None else (None, None)
         fwd, fwd_final = self.bilm.forward_lstm(tokens[batch.fwd_inputs], lengths, fwd_states)
         bwd, bwd_final = self.bilm.backward_lstm(tokens[batch.bwd_inputs], lengths, bwd_states)
@@ -58,6 +60,12 @@ class LanguageModel(nn.Module):
             else:
                 losses.append(self.softmax.full_nll(h, y))
         return losses[0], losses[1], (fwd_final, bwd_final)
+
+
+def reset_states(states: States, rows: torch.Tensor) -> States:
+    """The states with the given rows (a (B,) bool mask) set to zero: those rows start a new stream."""
+    keep = (~rows.to(states[0][0][0].device)).unsqueeze(1)
+    return tuple([(c * keep, h * keep) for c, h in direction] for direction in states)
 
 
 def detach_states(states: States) -> States:

@@ -2,7 +2,9 @@
 
 Every sentence contributes its words plus one end marker as targets in each direction. `stream`
 mode carries the LSTM state from sentence to sentence in each batch row, as bilm-tf's test does;
-`sentence` mode starts every sentence from zero state. `average` is exp of the mean of the two
+`sentence` mode starts every sentence from zero state; `document` mode reads each document (blank
+lines or `-DOCSTART-` lines separate them) from zero state, the backward LM over the reversed
+document, as `elmo embed --context document` runs a model. `average` is exp of the mean of the two
 cross-entropies (the geometric mean of the perplexities), what bilm-tf prints.
 """
 
@@ -15,12 +17,13 @@ import sys
 import torch
 
 from ..models import TrainingRun, resolve
-from .data import SentenceBatcher, SentenceSource, StreamBatcher, expand_corpus
+from .data import DocumentBatcher, DocumentSource, SentenceBatcher, SentenceSource, StreamBatcher, expand_corpus
 from .export import load_model_dir, load_run
 from .model import LanguageModel, detach_states
 from .vocab import Vocab
 
-PERPLEXITY_MODES = ("stream", "sentence")  # the state carried across sentences per row, or each from zero
+# the state carried across sentences per row, each sentence from zero, or each document from zero
+PERPLEXITY_MODES = ("stream", "sentence", "document")
 
 
 def load_for_scoring(model: str | os.PathLike, vocab_file: str | os.PathLike | None = None) -> tuple[LanguageModel, Vocab]:
@@ -38,9 +41,16 @@ def perplexity(model: LanguageModel, vocab: Vocab, test: list[str] | str, mode: 
     if mode not in PERPLEXITY_MODES:
         raise ValueError(f"mode must be one of {PERPLEXITY_MODES}, found {mode!r}")
     model = model.to(device).eval()
-    source = SentenceSource(expand_corpus(test), shuffle=False, loop=False)
-    streaming = mode == "stream"
-    batcher = StreamBatcher(source, vocab, batch_size, unroll) if streaming else SentenceBatcher(source, vocab, batch_size)
+    files = expand_corpus(test)
+    streaming = mode != "sentence"
+    if mode == "document":
+        documents = sum(1 for _ in DocumentSource(files, shuffle=False, loop=False))
+        rows = min(batch_size, documents)  # every row runs each window: no more rows than documents
+        batcher = DocumentBatcher(DocumentSource(files, shuffle=False, loop=False), vocab, rows, unroll)
+    elif mode == "stream":
+        batcher = StreamBatcher(SentenceSource(files, shuffle=False, loop=False), vocab, batch_size, unroll)
+    else:
+        batcher = SentenceBatcher(SentenceSource(files, shuffle=False, loop=False), vocab, batch_size)
     total_f = total_b = 0.0
     count, states = 0, None
     bar = None
@@ -59,6 +69,6 @@ def perplexity(model: LanguageModel, vocab: Vocab, test: list[str] | str, mode: 
             bar.set_postfix_str(f"ppl fwd {math.exp(total_f / count):.1f} bwd {math.exp(total_b / count):.1f}", refresh=False)
     if bar is not None:
         bar.close()
-    source.close()
+    batcher.close()
     return {"forward": math.exp(total_f / count), "backward": math.exp(total_b / count),
             "average": math.exp(0.5 * (total_f + total_b) / count), "tokens": count, "mode": mode}

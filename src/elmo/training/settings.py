@@ -31,7 +31,7 @@ OPTION_KEYS = {
 LR_DEFAULTS = {"adagrad": 0.2, "adam": 0.001, "sgd": 1.0}
 # kept in run.json; `freeze`: glob patterns of parameter names that training leaves as they are
 RUN_KEYS = {"optimizer": "adagrad", "batching": "sentence", "seed": 0, "first_layer_dropout": True, "freeze": [],
-            "objective": "mean", "weight_init": "bilm-tf"}
+            "objective": "mean", "weight_init": "bilm-tf", "reset_rate": 0.0}
 # How a fresh run's weights are drawn: bilm-tf's (glorot LSTMs, normal highway and softmax, U(-1, 1)
 # characters) or Kim et al.'s U(-0.05, 0.05) everywhere (training.model.kim_initialise_).
 WEIGHT_INITS = ("bilm-tf", "kim")
@@ -64,6 +64,7 @@ class TrainSettings:
     sampled: bool | None = None
     negatives: int | None = None
     batching: str | None = None
+    reset_rate: float | None = None  # document batching: the share of sentence starts that cut a document
     objective: str | None = None
     weight_init: str | None = None
     seed: int | None = None
@@ -123,6 +124,10 @@ def validate(options: dict, run: dict) -> None:
     check(run["objective"] in OBJECTIVES, f"--objective must be one of {', '.join(OBJECTIVES)}, found {run['objective']!r}")
     check(run["weight_init"] in WEIGHT_INITS, f"--weight-init must be one of {', '.join(WEIGHT_INITS)}, found {run['weight_init']!r}")
     check(run["batching"] in BATCHINGS, f"--batching must be one of {', '.join(BATCHINGS)}, found {run['batching']!r}")
+    check(isinstance(run["reset_rate"], (int, float)) and 0.0 <= run["reset_rate"] <= 1.0,
+          f"--reset-rate must be in [0, 1], found {run['reset_rate']!r}")
+    check(run["reset_rate"] == 0.0 or run["batching"] == "document",
+          f"--reset-rate cuts documents; it needs --batching document, found --batching {run['batching']}")
 
 
 def _positive(value: object) -> bool:

@@ -312,7 +312,7 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
     model, generator, optimizer = _model_and_optimizer(options, vocab, run, rank, device, init=checkpoint is None)
     unroll = options["unroll_steps"]
     batcher = make_batcher(run["batching"], files, vocab, options["batch_size"], unroll, seed=run["seed"],
-                           shard=(rank, world), chunk_lines=run["chunk_lines"])
+                           shard=(rank, world), chunk_lines=run["chunk_lines"], reset_rate=run.get("reset_rate", 0.0))
     streaming = run["batching"] != "sentence"  # the LSTM state carries from window to window
     torch.manual_seed(run["seed"] * 1_000_003 + rank)  # dropout differs per rank
     step, tokens, states, elapsed_before = 0, 0, None, 0.0
