@@ -38,15 +38,16 @@ def document_lengths(index: Path, split: str) -> list[int]:
     return lengths
 
 
-def _open(path: Path, mode: str):
-    return gzip.open(path, mode, encoding="utf-8") if path.suffix == ".gz" else open(path, mode, encoding="utf-8")
+def _open(path: Path, mode: str, gz: bool):
+    return gzip.open(path, mode, encoding="utf-8") if gz else open(path, mode, encoding="utf-8")
 
 
 def write_documents(corpus: Path, split: str, out: Path) -> tuple[int, int]:
     """-> (documents, lines) written."""
     lengths = document_lengths(corpus / "doc_index.tsv.gz", split)
     lines = 0
-    with atomic_path(out) as tmp, _open(corpus / SPLIT_FILES[split], "rt") as src, _open(Path(tmp), "wt") as dst:
+    with atomic_path(out) as tmp, _open(corpus / SPLIT_FILES[split], "rt", split == "train") as src, \
+            _open(Path(tmp), "wt", out.suffix == ".gz") as dst:
         for n in lengths:
             for _ in range(n):
                 line = src.readline()
