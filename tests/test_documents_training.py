@@ -159,3 +159,13 @@ def test_reset_rate_needs_document_batching(tmp_path):
                       progress=False, batching="sentence", reset_rate=0.5)
     with pytest.raises(InputError, match="--batching document"):
         train(s)
+
+
+def test_a_corpus_without_document_breaks_is_refused(tmp_path, monkeypatch):
+    import elmo.training.data as data
+
+    monkeypatch.setattr(data, "MAX_DOCUMENT_LINES", 5)
+    path = tmp_path / "flat.txt"
+    path.write_text("a b\n" * 20, encoding="utf-8")
+    with pytest.raises(InputError, match=r"flat.txt, line 6: a document of more than 5 sentences; expected blank lines"):
+        DocumentSource([str(path)], shuffle=False, loop=False).next()

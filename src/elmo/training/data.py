@@ -43,6 +43,7 @@ from ..fileio import check_file, decode_line
 
 MAX_LINE_BYTES = 100_000  # far above any real sentence (wiki_corpus' longest is ~3 KB)
 CHUNK_LINES = 100_000  # lines shuffled together; memory is one chunk of raw lines
+MAX_DOCUMENT_LINES = 100_000  # a longer "document" is a corpus without document breaks
 
 
 def expand_corpus(patterns: Iterable[str] | str) -> list[str]:
@@ -173,6 +174,9 @@ class SentenceSource:
                 document = []
             else:
                 document.append(line)
+                if len(document) > MAX_DOCUMENT_LINES:
+                    raise InputError(f"{self._path}, line {number + 1}: a document of more than {MAX_DOCUMENT_LINES:,} "
+                                     "sentences; expected blank lines (or -DOCSTART- lines) between documents")
         if document:
             items.append(document)
         if self.shuffle:
