@@ -77,7 +77,7 @@ def _download_once(url: str, entry: CacheEntry, expected: RemoteFile | None, tim
 def offline_reason(url: str, entry: CacheEntry, corruption: str | None) -> str:
     """What was looked at, and how to fill the cache on a machine with network."""
     where = [str(entry.folder.parent)] + [str(d) for d in allennlp_cache_dirs()]
-    first = f"{corruption}, and" if corruption else "not in any cache"
+    first = f"{corruption}, and" if corruption else "not in any cache, and"
     return (f"{first} {OFFLINE_ENV}=1 forbids downloading it (looked in: {', '.join(where)}). On a machine with "
             f"network run `elmo download {url}` (or `elmo download NAME` for a catalog model), then copy its cache "
             f"folder {cache_root()} to this machine and point ELMO_CACHE at the copy")
