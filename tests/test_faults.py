@@ -107,7 +107,7 @@ RANK0_FAILS = """
 import sys
 from elmo.embed_parallel import Ranks
 from elmo.errors import ElmoError
-ranks = Ranks.fromsubprocess_env()
+ranks = Ranks.from_env()
 def make():
     raise PermissionError(13, "Permission denied", "/data/out.hdf5.parts")
 try:
