@@ -13,7 +13,9 @@ import shutil
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
+from typing import IO, NamedTuple
 
 from ..errors import ModelFileError
 
@@ -72,47 +74,46 @@ def _check_count(archive: Path, count: int) -> None:
         raise ModelFileError(f"{archive}: {count} members, more than the {MAX_MEMBERS} a model archive can have")
 
 
+class _Member(NamedTuple):
+    """What extraction needs of a zip or tar member."""
+
+    name: str
+    size: int
+    is_dir: bool
+    is_plain: bool  # a regular file or a folder: no link, device or fifo
+    open: Callable[[], IO[bytes]]
+
+
+def _unpack(archive: Path, dest: Path, max_bytes: int, members: list[_Member]) -> None:
+    """Check every member's name, kind and the total size first, then copy within the byte budget."""
+    _check_count(archive, len(members))
+    for m in members:
+        _safe_name(archive, m.name)
+        if not m.is_plain:
+            raise ModelFileError(f"{archive}: member {m.name!r} is a link or special file; refusing to unpack the archive")
+    if sum(m.size for m in members) > max_bytes:
+        raise ModelFileError(f"{archive}: unpacks to more than {max_bytes} bytes; refusing to unpack it")
+    budget = [0]
+    for m in members:
+        target = dest.joinpath(*_safe_name(archive, m.name).parts)
+        if m.is_dir:
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.closing(m.open()) as source:
+            _copy_limited(source, target, archive, budget, max_bytes)
+
+
 def _extract_zip(archive: Path, dest: Path, max_bytes: int) -> None:
     with zipfile.ZipFile(archive) as z:
-        members = z.infolist()
-        _check_count(archive, len(members))
-        for info in members:
-            _safe_name(archive, info.filename)
-            kind = (info.external_attr >> 16) & 0o170000  # Unix file type, when the archiver recorded one
-            if kind not in (0, REGULAR, DIRECTORY):
-                raise ModelFileError(f"{archive}: member {info.filename!r} is a link or special file; refusing to "
-                                     "unpack the archive")
-        if sum(info.file_size for info in members) > max_bytes:
-            raise ModelFileError(f"{archive}: unpacks to more than {max_bytes} bytes; refusing to unpack it")
-        budget = [0]
-        for info in members:
-            target = dest.joinpath(*_safe_name(archive, info.filename).parts)
-            if info.is_dir():
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with z.open(info) as source:
-                _copy_limited(source, target, archive, budget, max_bytes)
+        members = [_Member(info.filename, info.file_size, info.is_dir(),
+                           (info.external_attr >> 16) & 0o170000 in (0, REGULAR, DIRECTORY),  # Unix type, if recorded
+                           lambda info=info: z.open(info)) for info in z.infolist()]
+        _unpack(archive, dest, max_bytes, members)
 
 
 def _extract_tar(archive: Path, dest: Path, max_bytes: int) -> None:
     with tarfile.open(archive) as t:
-        members = t.getmembers()
-        _check_count(archive, len(members))
-        for member in members:
-            _safe_name(archive, member.name)
-            if not (member.isfile() or member.isdir()):
-                raise ModelFileError(f"{archive}: member {member.name!r} is a link or special file; refusing to "
-                                     "unpack the archive")
-        if sum(m.size for m in members) > max_bytes:
-            raise ModelFileError(f"{archive}: unpacks to more than {max_bytes} bytes; refusing to unpack it")
-        budget = [0]
-        for member in members:
-            target = dest.joinpath(*_safe_name(archive, member.name).parts)
-            if member.isdir():
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            source = t.extractfile(member)
-            with contextlib.closing(source):
-                _copy_limited(source, target, archive, budget, max_bytes)
+        members = [_Member(m.name, m.size, m.isdir(), m.isfile() or m.isdir(), lambda m=m: t.extractfile(m))
+                   for m in t.getmembers()]
+        _unpack(archive, dest, max_bytes, members)
