@@ -128,6 +128,29 @@ def test_panel1_static_is_one_point_and_senses_part_in_layer_2(client, embedder)
     assert kinds.count("static") == 1 and kinds.count("context") == 4
 
 
+def test_panel1_paragraph_option_reads_it_before_each_sentence(client, embedder):
+    """With a paragraph, each occurrence's vectors are recomputed with the paragraph as the start of its
+    document (Embedder.embed_documents): only the forward halves change, the token layer never."""
+    paragraph = "The town lies on a wide river . Fishermen moor their boats there ."
+    r = client.post("/api/contextual", json={**BANK, "layer": 2, "paragraph": paragraph}).json()
+    p = r["paragraph"]
+    assert p["sentences"] == 2 and p["tokens"] == 14 and len(p["occurrences"]) == 4
+    alone = bank_vectors(embedder)
+    for k, (o, s) in enumerate(zip(p["occurrences"], BANK["sentences"])):
+        tokens = tokenize(s["text"])
+        document = [tokenize("The town lies on a wide river ."), tokenize("Fishermen moor their boats there ."), tokens]
+        after = list(embedder.embed_documents([document]))[-1][:, tokens.index("bank")]
+        for j in range(3):
+            assert o["cosine"][j] == pytest.approx(1 - cos_dist(after[j], alone[k, j]), abs=1e-4)
+            assert o["forward_cosine"][j] == pytest.approx(1 - cos_dist(after[j, :16], alone[k, j, :16]), abs=1e-4)
+        np.testing.assert_allclose(after[:, 16:], alone[k, :, 16:], atol=1e-6)  # the backward halves
+        assert o["cosine"][0] == pytest.approx(1.0) and o["cosine"][2] < 0.9999
+        assert len(o["neighbours"]) == 5 and 0 <= o["new_neighbours"] <= 5
+    assert client.post("/api/contextual", json={**BANK, "layer": 2}).json()["paragraph"] is None
+    bad = client.post("/api/contextual", json={**BANK, "paragraph": "word " * 31 + "."})
+    assert bad.status_code == 413 and "paragraph sentence 1 has 32 tokens" in bad.json()["error"]
+
+
 def test_panel2_builds_a_token_stage_by_stage(client, embedder):
     sentence = "She went to the bank ."
     r = client.post("/api/build", json={"sentence": sentence, "index": 4}).json()

@@ -18,6 +18,7 @@ import h5py
 import numpy as np
 from tqdm import tqdm
 
+from .documents import check_context, line_documents
 from .embedder import LAYER_CHOICES, Embedder, check_batch_size, select_layers
 from .errors import InputError
 from .fileio import check_file, check_not_input, hdf5_output, iter_lines
@@ -185,13 +186,15 @@ def embed_file(
     pool: str | None = None,
     dtype: str = "float32",
     compression: str | None = None,
+    context: str = "sentence",
 ) -> None:
     """Write one dataset per input line: (L+1, n, D) for "all", (n, D) for "top"/"average".
 
     Keys are 0-based line numbers (or the stripped sentence with `use_sentence_keys`); an empty line
     gives an empty dataset, so keys stay aligned with lines. Unless `forget_sentences` or
     `use_sentence_keys`, a `sentence_to_index` dataset maps each sentence to its key. The file is
-    written under a temporary name and renamed at the end. See `OutputSpec` for the other options.
+    written under a temporary name and renamed at the end. See `OutputSpec` for the other options, and
+    `embed_lines` for `context`.
     """
     spec = OutputSpec(output_format, None if layers is None else tuple(layers), pool, dtype, compression)
     check_batch_size(batch_size)
@@ -200,7 +203,17 @@ def embed_file(
     _, n_tokens = count_tokens(input_file)  # also validates UTF-8 before any work is done
     write_lines(embedder, iter_lines(input_file), output_file, spec, batch_size=batch_size,
                 forget_sentences=forget_sentences, use_sentence_keys=use_sentence_keys, progress=progress,
-                total_tokens=n_tokens, source=os.fspath(input_file))
+                total_tokens=n_tokens, source=os.fspath(input_file), context=context)
+
+
+def embed_lines(embedder: Embedder, lines: Iterable[tuple[int, str]], batch_size: int, context: str = "sentence",
+                source: str = "input") -> Iterator[np.ndarray]:
+    """(L+1, n, D) per (line number, text), in order: each line a sentence on its own (context "sentence"),
+    or each line's vectors from its document ("document": blank and -DOCSTART- lines separate documents
+    and get what an empty line gets, (L+1, 0, D); `batch_size` then counts documents)."""
+    if check_context(context) == "sentence":
+        return embedder.embed_sentences((text.split() for _, text in lines), layers="all", batch_size=batch_size)
+    return embedder.embed_documents(line_documents(lines, source), layers="all", batch_size=batch_size)
 
 
 def write_lines(
@@ -214,6 +227,7 @@ def write_lines(
     progress: bool = True,
     total_tokens: int | None = None,
     source: str = "input",
+    context: str = "sentence",
 ) -> None:
     """Embed (line number, text) pairs in one stream and write them atomically to `output_file`.
 
@@ -225,15 +239,15 @@ def write_lines(
     texts: dict[str, str] = {}
     pending: deque[tuple[int, str]] = deque()
 
-    def tokens():  # remember each line's number and text until its vectors come back
+    def numbered():  # remember each line's number and text until its vectors come back
         for number, text in lines:
             pending.append((number, text.strip()))
-            yield text.split()
+            yield number, text
 
     bar = tqdm(total=total_tokens, unit="tok", unit_scale=True, desc="embedding", disable=not progress,
                dynamic_ncols=True)
     with bar, hdf5_output(output_file, spec.libver) as (out, check_written):
-        for vectors in embedder.embed_sentences(tokens(), layers="all", batch_size=batch_size):
+        for vectors in embed_lines(embedder, numbered(), batch_size, context, source):
             number, sentence = pending.popleft()
             key = sentence if use_sentence_keys else str(number)
             if use_sentence_keys:

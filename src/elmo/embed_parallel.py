@@ -8,14 +8,17 @@ contiguous share of them, and rank 0 joins all parts, in line order, into one HD
 docs/format.md 6.2. A crash loses at most the block each rank was writing; `resume=True` keeps the finished
 parts, after checking that they come from the same model, input and settings.
 
-Each block is embedded from its first line, so the batches, and therefore the vectors to the last
+With document context (`context="document"`) a block ends only at a document break, so every
+document is embedded whole by one rank. Each block is embedded from its first line, so the batches, and therefore the vectors to the last
 bit, do not depend on how many ranks ran it. Memory is bounded by the block and the batch, except
 the `sentence_to_index` dict built during the join (one entry per distinct sentence).
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -30,7 +33,8 @@ import h5py
 import torch.distributed as dist
 from tqdm import tqdm
 
-from .embed_file import OutputSpec, check_input, check_output, check_sentence_key, link_plist, write_index
+from .documents import check_context, check_document_length, is_document_break
+from .embed_file import OutputSpec, check_input, check_output, check_sentence_key, embed_lines, link_plist, write_index
 from .embedder import Embedder, check_batch_size
 from .errors import ElmoError, InputError, OutputError
 from .fileio import hash_file, hdf5_output, iter_lines
@@ -104,6 +108,19 @@ class Plan:
     def part_lines(self) -> int:
         return self.header["settings"]["part_lines"]
 
+    @property
+    def context(self) -> str:
+        """"sentence" (absent from the header, so older parts still resume) or "document"."""
+        return self.header["settings"].get("context", "sentence")
+
+    @functools.cached_property
+    def _starts(self) -> list[int]:
+        return [start for start, _ in self.blocks]
+
+    def block_of(self, number: int) -> int:
+        """The block that holds line `number` (blocks of documents differ in length)."""
+        return bisect.bisect_right(self._starts, number) - 1
+
     def part_path(self, block: int) -> str:
         start, end = self.blocks[block]
         return os.path.join(self.parts_dir, part_name(start, end))
@@ -127,15 +144,25 @@ def parts_dir_of(output_file: str) -> str:
     return output_file + ".parts"
 
 
-def scan_input(path: str, part_lines: int, use_sentence_keys: bool) -> tuple[dict, list[tuple[int, int]], list[int]]:
+def scan_input(path: str, part_lines: int, use_sentence_keys: bool,
+               context: str = "sentence") -> tuple[dict, list[tuple[int, int]], list[int]]:
     """One pass over INPUT: its sha256 and line count, the blocks with their token counts.
 
     Invalid UTF-8, and with `use_sentence_keys` an empty or repeated sentence, is an error naming the
-    line before any work is done (the set of sentences is kept only in that mode).
+    line before any work is done (the set of sentences is kept only in that mode). With context
+    "document" a block starts only at a document break, once the block before holds `part_lines`
+    lines, so no document is split between parts; a document that is too long is an error.
     """
     blocks, tokens, seen = [], [], set()
+    in_document = 0  # sentence lines since the last document break
     for number, text in iter_lines(path):
-        if number % part_lines == 0:
+        if context == "sentence":
+            starts = number % part_lines == 0
+        else:
+            in_document = 0 if is_document_break(text) else in_document + 1
+            check_document_length(in_document, path, number)
+            starts = not blocks or (in_document == 0 and number - blocks[-1][0] >= part_lines)
+        if starts:
             blocks.append((number, number))
             tokens.append(0)
         blocks[-1] = (blocks[-1][0], number + 1)
@@ -147,16 +174,18 @@ def scan_input(path: str, part_lines: int, use_sentence_keys: bool) -> tuple[dic
 
 
 def make_plan(embedder: Embedder, input_file: str, output_file: str, spec: OutputSpec, part_lines: int,
-              use_sentence_keys: bool, overwrite: bool, resume: bool) -> Plan:
+              use_sentence_keys: bool, overwrite: bool, resume: bool, context: str = "sentence") -> Plan:
     """Check INPUT and OUTPUT, prepare OUTPUT.parts/, and list the blocks still to embed (rank 0 only)."""
     if part_lines <= 0:
         raise InputError(f"--part-lines must be positive, found {part_lines}")
     spec.check_model(embedder.bilm.num_layers)
     check_input(input_file)
     check_output(output_file, overwrite, input_file)
-    input_id, blocks, tokens = scan_input(input_file, part_lines, use_sentence_keys)
-    header = {"format": PART_FORMAT, "model": model_fingerprint(embedder.bilm), "input": input_id,
-              "settings": {**spec.settings(), "part_lines": part_lines}}
+    input_id, blocks, tokens = scan_input(input_file, part_lines, use_sentence_keys, check_context(context))
+    settings = {**spec.settings(), "part_lines": part_lines}
+    if context != "sentence":  # sentence-mode headers stay as they were, so their parts still resume
+        settings["context"] = context
+    header = {"format": PART_FORMAT, "model": model_fingerprint(embedder.bilm), "input": input_id, "settings": settings}
     plan = Plan(parts_dir_of(output_file), header, blocks, tokens, list(range(len(blocks))))
     if os.path.isdir(plan.parts_dir):
         if resume:
@@ -269,18 +298,17 @@ def write_parts(embedder: Embedder, input_file: str, plan: Plan, blocks: list[in
                 batch_size: int, bar: tqdm) -> None:
     """Embed `blocks` (sorted) in one pass over INPUT, one atomically written part file per block."""
     todo = set(blocks)
-    for block, lines in itertools.groupby(iter_lines(input_file), key=lambda item: item[0] // plan.part_lines):
+    for block, lines in itertools.groupby(iter_lines(input_file), key=lambda item: plan.block_of(item[0])):
         if not todo:
             break
         if block not in todo:
             continue
-        texts = [text for _, text in lines]
         start = plan.blocks[block][0]
         embedder.bilm.token_cache.clear()  # a block's numbers must not depend on the blocks run before it
         with hdf5_output(plan.part_path(block), spec.libver) as (out, check_written):
             out.attrs[PART_ATTR] = json.dumps({**plan.header, "lines": list(plan.blocks[block])})
-            sentences = (text.split() for text in texts)
-            for i, vectors in enumerate(embedder.embed_sentences(sentences, layers="all", batch_size=batch_size)):
+            arrays = embed_lines(embedder, list(lines), batch_size, plan.context, input_file)
+            for i, vectors in enumerate(arrays):
                 spec.write(out, str(start + i), vectors)
                 check_written()
                 bar.update(vectors.shape[1])
@@ -300,18 +328,18 @@ def join_parts(input_file: str, output_file: str, plan: Plan, spec: OutputSpec, 
                    "once it is copied (if the join fails, --resume re-embeds those)", file=sys.stderr)
     keep_index = not (forget_sentences or use_sentence_keys)
     texts: dict[str, str] = {}
-    part = None
+    part, open_block = None, -1
     bar = tqdm(total=plan.n_lines, unit="line", unit_scale=True, desc="joining",
                disable=not progress, dynamic_ncols=True)
     try:
         with bar, hdf5_output(output_file, spec.libver) as (out, check_written):
             for number, text in iter_lines(input_file):
-                if number % plan.part_lines == 0:
+                if (block := plan.block_of(number)) != open_block:
                     if part is not None:
                         part.close()
                         if not keep_parts:  # its lines are in OUTPUT now
-                            os.remove(plan.part_path(number // plan.part_lines - 1))
-                    part = h5py.File(plan.part_path(number // plan.part_lines), "r")
+                            os.remove(plan.part_path(open_block))
+                    part, open_block = h5py.File(plan.part_path(block), "r"), block
                 sentence = text.strip()
                 key = sentence if use_sentence_keys else str(number)
                 try:
@@ -334,10 +362,12 @@ def join_parts(input_file: str, output_file: str, plan: Plan, spec: OutputSpec, 
 def embed_corpus(embedder: Embedder, input_file: str | os.PathLike, output_file: str | os.PathLike,
                  spec: OutputSpec = OutputSpec(), batch_size: int = 64, forget_sentences: bool = False,
                  use_sentence_keys: bool = False, overwrite: bool = False, resume: bool = False,
-                 part_lines: int = 10_000, progress: bool = True, ranks: Ranks = Ranks()) -> None:
+                 part_lines: int = 10_000, progress: bool = True, ranks: Ranks = Ranks(),
+                 context: str = "sentence") -> None:
     """`elmo embed` for a stateless embedder: plan, embed this rank's share of the parts, join on rank 0.
 
     Call it on every rank with the same arguments (torchrun); without torchrun, `ranks` is rank 0 of 1.
+    `context`: see `embed_file.embed_lines`; in "document" mode parts are cut between documents only.
     """
     input_file, output_file = os.fspath(input_file), os.fspath(output_file)
     check_batch_size(batch_size)
@@ -345,7 +375,7 @@ def embed_corpus(embedder: Embedder, input_file: str | os.PathLike, output_file:
         raise InputError("parts, ranks and --resume need a stateless embedder: with state carried between "
                          "batches every line depends on all earlier ones, so a run cannot be split or continued")
     plan = ranks.from_rank0(lambda: make_plan(embedder, input_file, output_file, spec, part_lines, use_sentence_keys,
-                                              overwrite, resume))
+                                              overwrite, resume, context))
     try:
         embed_plan(embedder, input_file, output_file, plan, spec, batch_size, forget_sentences, use_sentence_keys,
                    progress, ranks)
@@ -365,7 +395,8 @@ def embed_plan(embedder: Embedder, input_file: str, output_file: str, plan: Plan
     if show:
         done = len(plan.blocks) - len(plan.todo)
         todo_lines = sum(plan.blocks[b][1] - plan.blocks[b][0] for b in plan.todo)
-        tqdm.write(f"elmo embed: {plan.n_lines} lines in {len(plan.blocks)} part(s) of up to {part_lines} lines; "
+        size = f"up to {part_lines}" if plan.context == "sentence" else f"about {part_lines} (cut between documents)"
+        tqdm.write(f"elmo embed: {plan.n_lines} lines in {len(plan.blocks)} part(s) of {size} lines; "
                    f"{done} already written; embedding {todo_lines} lines on {ranks.world} rank(s)", file=sys.stderr)
     desc = "embedding" if ranks.world == 1 else f"embedding (rank 0 of {ranks.world})"
     with tqdm(total=sum(plan.tokens[b] for b in mine), unit="tok", unit_scale=True, desc=desc, disable=not show,

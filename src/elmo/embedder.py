@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -12,6 +13,7 @@ import torch
 from .allocator import keep_freed_memory
 from .bilm import BiLM
 from .devices import check_device
+from .documents import CHUNK_STEPS, Document, check_documents, contextualize_documents
 from .errors import InputError
 from .int8 import quantize_bilm
 from .models import Model, resolve
@@ -19,6 +21,8 @@ from .weights import load_bilm
 
 LAYER_CHOICES = ("all", "top", "average")
 Layers = str | Sequence[int]  # one of LAYER_CHOICES, or layer numbers such as [1, 2]
+T = TypeVar("T")
+DOCUMENT_WINDOW = 4  # batches of documents read, sorted by length and embedded together
 
 
 def check_batch_size(value: object, name: str = "batch_size") -> int:
@@ -26,6 +30,18 @@ def check_batch_size(value: object, name: str = "batch_size") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise InputError(f"{name} must be a positive integer, found {value!r}")
     return value
+
+
+def windows(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """`items` in lists of `size` (the last may be shorter), read lazily."""
+    buffer: list[T] = []
+    for item in items:
+        buffer.append(item)
+        if len(buffer) == size:
+            yield buffer
+            buffer = []
+    if buffer:
+        yield buffer
 
 
 def select_layers(layers: np.ndarray, choice: str) -> np.ndarray:
@@ -130,15 +146,8 @@ class Embedder:
 
     def _embed_lazily(self, sentences: Iterable[Sequence[str]], view: Callable[[np.ndarray], np.ndarray],
                       batch_size: int) -> Iterator[np.ndarray]:
-        window = batch_size if self.stateful else batch_size * 16
-        buffer: list[Sequence[str]] = []
-        for sentence in sentences:
-            buffer.append(sentence)
-            if len(buffer) == window:
-                yield from self._embed_window(buffer, view, batch_size)
-                buffer = []
-        if buffer:
-            yield from self._embed_window(buffer, view, batch_size)
+        for window in windows(sentences, batch_size if self.stateful else batch_size * 16):
+            yield from self._embed_window(window, view, batch_size)
 
     def _embed_window(self, sentences: list[Sequence[str]], view: Callable[[np.ndarray], np.ndarray],
                       batch_size: int) -> Iterator[np.ndarray]:
@@ -152,6 +161,46 @@ class Embedder:
             for i, arr in zip(rows, self.embed_batch([sentences[i] for i in rows])):
                 results[i] = view(arr)
         yield from results
+
+    def embed_documents(self, documents: Iterable[Document], layers: Layers = "all", batch_size: int | None = None,
+                        chunk_steps: int = CHUNK_STEPS) -> Iterator[np.ndarray]:
+        """Yield one array per sentence of each document (a list of tokenized sentences), in order, shaped
+        as `embed_sentences`' arrays, each sentence's vectors from its whole document: the forward LM
+        reads the document left to right, the backward LM right to left, each from zero state
+        (`elmo.documents`), so they depend on the document alone, never on the batch or the other
+        documents. `batch_size` counts documents; `chunk_steps` (LSTM steps per window) bounds memory
+        for long documents without changing any result. An empty sentence adds nothing to its document
+        and gets an (L+1, 0, D) array. Reads the input lazily, a few batches at a time.
+        """
+        if self.stateful:
+            raise InputError("embed_documents needs a stateless embedder: document context replaces the state "
+                             "carried between batches (load the model without stateful=True)")
+        view = self.layer_view(layers)
+        batch_size = self.batch_size if batch_size is None else check_batch_size(batch_size)
+        check_batch_size(chunk_steps, "chunk_steps")
+        return self._documents_lazily(documents, view, batch_size, chunk_steps)
+
+    def _documents_lazily(self, documents: Iterable[Document], view: Callable[[np.ndarray], np.ndarray],
+                          batch_size: int, chunk_steps: int) -> Iterator[np.ndarray]:
+        for first, window in enumerate(windows(documents, batch_size * DOCUMENT_WINDOW)):
+            check_documents(window, first * batch_size * DOCUMENT_WINDOW)
+            order = sorted(range(len(window)), key=lambda d: sum(len(s) + 1 for s in window[d]), reverse=True)
+            results: list[list[np.ndarray]] = [[] for _ in window]
+            for start in range(0, len(order), batch_size):
+                rows = order[start : start + batch_size]
+                arrays = iter(self.embed_document_batch([window[d] for d in rows], chunk_steps))
+                for d in rows:
+                    results[d] = [view(next(arrays)) for _ in window[d]]
+            for arrays in results:
+                yield from arrays
+
+    @torch.no_grad()
+    def embed_document_batch(self, documents: Sequence[Document], chunk_steps: int = CHUNK_STEPS) -> list[np.ndarray]:
+        """One pass over `documents` as one batch: (L+1, n, D) per sentence, documents in order."""
+        check_documents(documents)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            sentences = contextualize_documents(self.bilm, documents, chunk_steps)
+        return [s.cpu().numpy() for s in sentences]
 
     def sents2elmo(self, sentences: Sequence[Sequence[str]], output_layer: int = -1) -> list[np.ndarray]:
         """ELMoForManyLangs' `Embedder.sents2elmo`, in input order: -1 the mean of the layers (n, D),

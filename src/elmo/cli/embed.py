@@ -6,6 +6,7 @@ import argparse
 import os
 
 from ..devices import check_device, rank_device
+from ..documents import CONTEXTS
 from ..embed_file import COMPRESSIONS, DTYPES, POOLS, OutputSpec, check_input, check_output, embed_file, parse_layers
 from ..embed_parallel import Ranks, embed_corpus
 from ..embedder import Embedder, check_batch_size, check_int8_choice
@@ -35,7 +36,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=DTYPES, default="float32",
                    help="stored precision (computed in float32; float16 halves the file)")
     p.add_argument("--compression", choices=COMPRESSIONS, help="HDF5 compression of each dataset (lossless)")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (with --context document: documents)")
+    p.add_argument("--context", choices=CONTEXTS, default="sentence",
+                   help="sentence (default): each line's vectors from that line alone; document: from its whole "
+                   "document, the forward LM reading it left to right and the backward LM right to left, each from "
+                   "zero state (docs/documents.md); blank lines and -DOCSTART- lines separate documents and get what an "
+                   "empty line gets, a dataset of 0 tokens")
     p.add_argument("--stateful", action="store_true",
                    help="carry LSTM state per batch row in file order, as the original tools did (default: "
                    "stateless); one process, no --resume")
@@ -72,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
     check_not_input(args.output, {"--options": args.options, "--weights": args.weights})
     check_device(args.device, "--device")
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    if args.stateful and args.context == "document":
+        raise InputError("--context document and --stateful exclude each other: document context replaces the state "
+                         "carried between batches; drop --stateful")
     if args.stateful and (args.resume or world > 1):
         raise InputError("--stateful runs in one process and cannot be resumed: each line's vectors depend on "
                          "every earlier line (drop --resume / torchrun, or drop --stateful)")
@@ -86,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         embed_corpus(load_embedder(args), args.input, args.output, spec, batch_size=args.batch_size,
                      forget_sentences=args.forget_sentences, use_sentence_keys=args.use_sentence_keys,
-                     overwrite=args.overwrite, resume=args.resume, part_lines=args.part_lines, ranks=ranks)
+                     overwrite=args.overwrite, resume=args.resume, part_lines=args.part_lines, ranks=ranks,
+                     context=args.context)
     finally:
         ranks.close()
     return 0

@@ -9,6 +9,7 @@ import os
 import torch
 
 from ..devices import check_device
+from ..documents import CONTEXTS
 from ..errors import InputError
 from ..fileio import check_not_input
 from . import add_model_flags, settings_from_args
@@ -21,6 +22,12 @@ def _add_elmo_args(p: argparse.ArgumentParser, allow_none: bool) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--int8", action="store_true",
                    help="biLM features from the int8 model (docs/performance.md#int8-on-cpu; cached under their own key)")
+
+
+def _add_context_arg(p: argparse.ArgumentParser, data: str) -> None:
+    p.add_argument("--context", choices=CONTEXTS, default="sentence",
+                   help="biLM features from each sentence alone (default) or from its whole document (docs/documents.md; "
+                   f"{data}; cached under their own key)")
 
 
 def _elmo_spec(args, allow_none: bool):
@@ -68,6 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     for split in ("train", "dev", "test"):
         t.add_argument(f"--{split}", required=True, help=f"{split} file")
     _add_elmo_args(t, allow_none=True)
+    _add_context_arg(t, "needs data marked in documents: CoNLL-2003's -DOCSTART- lines, CoNLL-U's # newdoc")
     t.add_argument("--static", default=None, metavar="VECTORS|none",
                    help="word2vec file from `elmo static train` ('none': no static vectors)")
     t.add_argument("--output-mix", action="store_true", help="also concatenate a second ELMo mix to the encoder output")
@@ -100,6 +108,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default=None, help="metrics JSON")
     _add_elmo_args(p, allow_none=False)
+    _add_context_arg(p, "needs CoNLL-U files with # newdoc comments")
     p.set_defaults(func=run_probe_pos)
     w = probe_sub.add_parser("wsd", help="1-nearest-neighbour WSD with SemCor sense centroids from one layer")
     w.add_argument("--layer", type=int, required=True)
@@ -147,7 +156,8 @@ def run_probe_pos(args) -> int:
     from ..tasks.probes import pos_probe
     _setup(args)
     _write(args, pos_probe(_elmo_spec(args, False), args.layer, args.train, args.test, dev=args.dev,
-                           cache_dir=args.cache_dir, epochs=args.epochs, lr=args.lr, seed=args.seed, limit=args.limit))
+                           cache_dir=args.cache_dir, epochs=args.epochs, lr=args.lr, seed=args.seed, limit=args.limit,
+                           context=args.context))
     return 0
 
 

@@ -39,6 +39,28 @@ def tokenize(text: str) -> list[str]:
     return _TOKEN.findall(text)
 
 
+def paragraph_sentences(value: Any, limits: Limits) -> list[list[str]]:
+    """A paragraph as text -> its sentences' tokens, cut after each . ! or ?."""
+    if not isinstance(value, str):
+        raise LabInputError("'paragraph' must be a string")
+    if len(value) > limits.max_chars * 2:
+        raise LabInputError(f"the paragraph is {len(value)} characters long; the lab takes at most "
+                            f"{limits.max_chars * 2}", 413)
+    sentences: list[list[str]] = [[]]
+    for token in tokenize(value):
+        sentences[-1].append(token)
+        if token in (".", "!", "?"):
+            sentences.append([])
+    sentences = [s for s in sentences if s]
+    if not sentences:
+        raise LabInputError("the paragraph is empty: type a few sentences, or leave it out")
+    for n, tokens in enumerate(sentences, 1):
+        if len(tokens) > limits.max_tokens:
+            raise LabInputError(f"paragraph sentence {n} has {len(tokens)} tokens; the lab takes at most "
+                                f"{limits.max_tokens}", 413)
+    return sentences
+
+
 def sentence_tokens(value: Any, limits: Limits, what: str = "sentence") -> list[str]:
     """A sentence given as text or as a list of tokens -> checked tokens."""
     if isinstance(value, str):

@@ -62,6 +62,11 @@ class LabModels:
         """All layers, (L+1, n, D) per sentence (stateless: independent of batching)."""
         return list(self.embedder.embed_sentences(sentences))
 
+    def embed_after(self, paragraph: list[list[str]], sentences: list[list[str]]) -> list[np.ndarray]:
+        """Each sentence's layers with `paragraph` read before it, as one document (document context)."""
+        arrays = list(self.embedder.embed_documents([[*paragraph, s] for s in sentences]))
+        return arrays[len(paragraph) :: len(paragraph) + 1]
+
     def info(self) -> dict:
         c = self.bilm.config
         return {

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..chars import PAD_CHAR, token_to_ids
-from .inputs import LabInputError, Limits, field, number_list, sentence_tokens, token_index
+from .inputs import LabInputError, Limits, field, number_list, paragraph_sentences, sentence_tokens, token_index
 from .lab_models import LabModels
 from .reference import ReferenceSet
 from .trace import char_label, char_stages, ngram_text
-from .vectors import pairwise_cosine, pca_2d, softmax_weights, top_k
+from .vectors import cosine, pairwise_cosine, pca_2d, softmax_weights, top_k
 
 
 @dataclass
@@ -118,7 +118,31 @@ def contextual(lab: LabModels, ref: ReferenceSet, payload: dict, limits: Limits)
                         for o, f in zip(occ, found)],
         "distances": distances,
         "plot": plot,
+        "paragraph": after_paragraph(lab, ref, payload, limits, sentences, occ, found, layer),
     }
+
+
+def after_paragraph(lab: LabModels, ref: ReferenceSet, payload: dict, limits: Limits, sentences: list[list[str]],
+                    occ: list[Occurrence], found: list[list[tuple[int, float]]], layer: int) -> dict | None:
+    """Panel 1's option: each occurrence with an optional paragraph read before its sentence (document
+    context) against without: the cosine of the two vectors per layer, of their forward halves (the
+    backward LM reads from the end, so it sees no paragraph before it), and the neighbours that change."""
+    text = field(payload, "paragraph", str, "")
+    if not text.strip():
+        return None
+    paragraph = paragraph_sentences(text, limits)
+    after = lab.embed_after(paragraph, sentences)
+    half = lab.bilm.config.projection_dim
+    rows = []
+    for o, alone in zip(occ, found):
+        v = after[o.sentence][:, o.index]
+        near = ref.nearest(f"layer{layer}", v[layer], 5)
+        rows.append({"sentence": o.sentence, "token": o.token,
+                     "cosine": [round(cosine(v[j], o.layers[j]), 4) for j in range(lab.num_layers)],
+                     "forward_cosine": [round(cosine(v[j, :half], o.layers[j, :half]), 4) for j in range(lab.num_layers)],
+                     "neighbours": [ref.describe(i, sim) for i, sim in near],
+                     "new_neighbours": len({i for i, _ in near} - {i for i, _ in alone})})
+    return {"sentences": len(paragraph), "tokens": sum(map(len, paragraph)), "occurrences": rows}
 
 
 def mix(lab: LabModels, ref: ReferenceSet, payload: dict, limits: Limits) -> dict:

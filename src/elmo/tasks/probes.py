@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from ..errors import InputError
 from ..fileio import atomic_path
-from .features import ElmoSpec, bilm_token, build_cache, sentences_fingerprint
+from .features import ElmoSpec, bilm_token, build_cache, document_ids, sentences_fingerprint
 from .metrics import accuracy
 from .readers import read_task_file
 from .wsd_data import first_sense_answers, read_gold_keys, read_raganato_xml, score_wsd, wordnet_senses
@@ -40,9 +40,10 @@ def _layer_features(cache, layer: int) -> np.ndarray:
 
 def pos_probe(spec: ElmoSpec, layer: int, train: str, test: str, dev: str | None = None, cache_dir: str = "runs/cache",
               epochs: int = 10, lr: float = 5e-3, batch_size: int = 512, seed: int = 1, limit: int | None = None,
-              progress: bool = True) -> dict:
+              progress: bool = True, context: str = "sentence") -> dict:
     """Linear softmax classifier on layer `layer` alone; the epoch is chosen on dev (the last 10% of
-    train when no dev file is given, as CoNLL-2000 has none)."""
+    train when no dev file is given, as CoNLL-2000 has none). `context` "document": features with
+    document context (CoNLL-U files with `# newdoc` comments)."""
     started = time.time()
     _check_layer(layer, spec.num_layers())
     splits = {"train": read_task_file("pos", train, limit), "test": read_task_file("pos", test, limit)}
@@ -58,7 +59,8 @@ def pos_probe(spec: ElmoSpec, layer: int, train: str, test: str, dev: str | None
     for name, examples in splits.items():
         source = {"train": train, "dev": dev or train, "test": test}[name]
         cache = build_cache(spec, [e.tokens for e in examples], cache_dir,
-                            f"pos-{os.path.basename(source)}-{name}-{len(examples)}", embedder=embedder)
+                            f"pos-{os.path.basename(source)}-{name}-{len(examples)}", embedder=embedder,
+                            documents=document_ids(examples, context, source))
         _check_layer(layer, cache.num_layers)
         x = torch.from_numpy(_layer_features(cache, layer))
         y = torch.tensor([index[t] for e in examples for t in e.tags])

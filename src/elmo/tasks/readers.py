@@ -10,17 +10,25 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ..documents import DOCSTART
 from ..errors import InputError
 from ..fileio import iter_lines, open_text
 
 
 @dataclass
 class Example:
-    """One sentence: its tokens and either one tag per token or one label for the sentence."""
+    """One sentence: its tokens and either one tag per token or one label for the sentence; `document`
+    numbers its document in the file (CoNLL-2003's -DOCSTART-, CoNLL-U's `# newdoc`), None where the
+    file marks none (features with document context need it)."""
 
     tokens: list[str]
     tags: list[str] | None = None
     label: str | None = None
+    document: int | None = None
+
+
+def next_document(document: int | None) -> int:
+    return 0 if document is None else document + 1
 
 
 def iob1_to_iob2(tags: list[str]) -> list[str]:
@@ -80,21 +88,25 @@ def _check(path, examples: list[Example], what: str) -> list[Example]:
 
 
 def read_conll2003(path: str | os.PathLike, limit: int | None = None) -> list[Example]:
-    """word POS chunk NE per line; -DOCSTART- lines are skipped; NE tags converted from IOB1 to IOB2.
+    """word POS chunk NE per line; -DOCSTART- lines start a document and are skipped; NE tags converted
+    from IOB1 to IOB2.
 
     `limit` (here and in the other readers): stop after that many sentences."""
     examples = []
+    document = None
     for block in _column_blocks(path, 4):
         if limit is not None and len(examples) >= limit:
             break
-        rows = [(n, c) for n, c in block if c[0] != "-DOCSTART-"]
+        rows = [(n, c) for n, c in block if c[0] != DOCSTART]
+        if len(rows) < len(block):
+            document = next_document(document)
         if not rows:
             continue
         for n, c in rows:
             tag = c[3]
             if tag != "O" and (tag[:2] not in ("B-", "I-") or len(tag) < 3):
                 raise InputError(f"{path}, line {n}: expected an IOB1 NE tag (O, I-XXX or B-XXX), found {tag!r}")
-        examples.append(Example([c[0] for _, c in rows], iob1_to_iob2([c[3] for _, c in rows])))
+        examples.append(Example([c[0] for _, c in rows], iob1_to_iob2([c[3] for _, c in rows]), document=document))
     return _check(path, examples, "CoNLL-2003 4-column lines")
 
 
@@ -109,18 +121,21 @@ def read_conll2000(path: str | os.PathLike, limit: int | None = None) -> list[Ex
 
 
 def read_conllu(path: str | os.PathLike, column: str = "upos", limit: int | None = None) -> list[Example]:
-    """CoNLL-U syntactic words (range and empty-node lines skipped); tags from UPOS or XPOS."""
+    """CoNLL-U syntactic words (range and empty-node lines skipped); tags from UPOS or XPOS; a
+    `# newdoc` comment starts a document."""
     index = {"upos": 3, "xpos": 4}[column]
-    examples, tokens, tags = [], [], []
+    examples, tokens, tags, document = [], [], [], None
     for number, line in numbered_lines(path):
         if not line.strip():
             if tokens:
-                examples.append(Example(tokens, tags))
+                examples.append(Example(tokens, tags, document=document))
                 if limit is not None and len(examples) >= limit:
                     return examples
             tokens, tags = [], []
             continue
         if line.startswith("#"):
+            if line.startswith("# newdoc"):
+                document = next_document(document)
             continue
         columns = line.split("\t")
         if len(columns) != 10:
@@ -134,7 +149,7 @@ def read_conllu(path: str | os.PathLike, column: str = "upos", limit: int | None
         tokens.append(columns[1])
         tags.append(columns[index])
     if tokens:
-        examples.append(Example(tokens, tags))
+        examples.append(Example(tokens, tags, document=document))
     return _check(path, examples, "CoNLL-U")
 
 

@@ -14,11 +14,12 @@ import torch
 from tqdm import tqdm
 
 from ..devices import move_tensors
+from ..documents import check_context
 from ..errors import InputError
 from ..fileio import check_not_input
 from .classifier import SentenceClassifier
 from .data import TaskData
-from .features import ElmoSpec, build_cache
+from .features import ElmoSpec, build_cache, document_ids
 from .layers import ModelConfig
 from .metrics import accuracy, span_f1, write_json
 from .model_file import task_model_state, write_task_model
@@ -40,6 +41,7 @@ class TrainOptions:
     dev: str
     test: str
     elmo: ElmoSpec | None = None
+    context: str = "sentence"  # biLM features from each sentence alone, or from its whole document
     static: str | None = None
     output_mix: bool = False
     train_fraction: float = 1.0
@@ -126,6 +128,7 @@ def run_task(opts: TrainOptions, metrics_path: str | None = None) -> dict:
         "task": opts.task,
         "arm": "elmo" if opts.elmo else "static",
         "elmo": opts.elmo.describe() if opts.elmo else None,
+        "context": opts.context,
         "static": opts.static,
         "output_mix": cfg.output_mix,
         "train_fraction": opts.train_fraction,
@@ -158,6 +161,8 @@ def _check_options(opts: TrainOptions) -> None:
         inputs.update({"--options": opts.elmo.options_file, "--weights": opts.elmo.weight_file})
     if opts.save:
         check_not_input(opts.save, inputs, "--save")
+    if check_context(opts.context) == "document" and opts.elmo is None:
+        raise InputError("--context document is about biLM features; the static arm (--model none) has none")
     if opts.elmo is None and opts.static is None and opts.char_filters == 0:
         raise InputError("nothing to feed the model: give --model, --static or a char CNN")
     for name in ("epochs", "patience", "eval_every"):
@@ -180,8 +185,10 @@ def _elmo_caches(opts: TrainOptions, splits: dict) -> dict:
     embedder = opts.elmo.embedder(device=opts.device)
     caches = {}
     for name, examples in splits.items():
-        tag = f"{opts.task}-{os.path.basename(getattr(opts, name))}-{len(examples)}"
-        caches[name] = build_cache(opts.elmo, [e.tokens for e in examples], opts.cache_dir, tag, embedder=embedder)
+        source = getattr(opts, name)
+        tag = f"{opts.task}-{os.path.basename(source)}-{len(examples)}"
+        caches[name] = build_cache(opts.elmo, [e.tokens for e in examples], opts.cache_dir, tag, embedder=embedder,
+                                   documents=document_ids(examples, opts.context, source))
     return caches
 
 

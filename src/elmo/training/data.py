@@ -37,13 +37,12 @@ import torch
 
 from ..chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS, token_to_ids
 from ..devices import move_tensors
-from ..documents import is_document_break
+from ..documents import MAX_DOCUMENT_LINES, is_document_break
 from ..errors import InputError
 from ..fileio import check_file, decode_line
 
 MAX_LINE_BYTES = 100_000  # far above any real sentence (wiki_corpus' longest is ~3 KB)
 CHUNK_LINES = 100_000  # lines shuffled together; memory is one chunk of raw lines
-MAX_DOCUMENT_LINES = 100_000  # a longer "document" is a corpus without document breaks
 
 
 def expand_corpus(patterns: Iterable[str] | str) -> list[str]:

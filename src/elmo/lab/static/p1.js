@@ -11,7 +11,8 @@ export function init(info) {
   const load = w => { $("p1-word").value = w; $("p1-sentences").value = exampleLines(info.examples[w]); };
   $("p1-example").addEventListener("change", e => { load(e.target.value); go(); });
   const go = () => run(section, out, async () => render(await api("/api/contextual", {
-    word: $("p1-word").value, sentences: parseLines($("p1-sentences").value), layer: Number($("p1-layer").value)})));
+    word: $("p1-word").value, sentences: parseLines($("p1-sentences").value), layer: Number($("p1-layer").value),
+    paragraph: $("p1-paragraph").value})));
   $("p1-go").addEventListener("click", go);
   $("p1-layer").addEventListener("change", go);
   load(words[0]);
@@ -46,5 +47,18 @@ function render(r) {
   return [headline, staticLine, scatter(pts, {legend}),
     h("p", {class: "small"}, `2-D view: principal components of these points (they keep ${fmt(100 * (r.plot.variance[0] + r.plot.variance[1]), 0)}% of the spread); the numbers above use the full vectors.`),
     dist, h("p", {class: "small"}, `Static point's nearest words (by characters only): `,
-      r.static.neighbours.map(n => `${n.token} ${fmt(n.similarity)}`).join(", ")), occ];
+      r.static.neighbours.map(n => `${n.token} ${fmt(n.similarity)}`).join(", ")), occ, ...paragraph(r)];
+}
+
+function paragraph(r) {
+  if (!r.paragraph) return [];
+  const p = r.paragraph;
+  const layers = r.distances.map(d => d.layer).filter(j => j > 0);
+  return [h("p", {class: "headline"}, `With the paragraph (${p.sentences} sentences, ${p.tokens} tokens) read before each sentence:`),
+    table(["occurrence", ...layers.map(j => `cosine layer ${j} (forward half)`), `new neighbours in layer ${r.layer}`, "nearest now"],
+      p.occurrences.map(o => [`${o.token} #${o.sentence + 1}`,
+        ...layers.map(j => `${fmt(o.cosine[j])} (${fmt(o.forward_cosine[j])})`), String(o.new_neighbours),
+        o.neighbours.map(n => n.token).join(", ")]),
+      {id: "p1-paragraph-table"}),
+    h("p", {class: "small"}, "Cosine of each vector with the paragraph against the same vector without it (1 = unchanged).")];
 }
