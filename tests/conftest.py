@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,7 @@ def load_script(relative: str):
     path = REPO / relative
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
