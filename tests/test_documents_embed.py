@@ -364,3 +364,10 @@ def test_task_train_with_document_context(tmp_path, allennlp_dir, capsys, one_th
     assert len(list((tmp_path / "cache").glob("*.document-*.hdf5"))) == 1  # the three splits are one file here
     assert cli_main(["task", "train", "ner", *files, "--model", "none", *small, "--context", "document"]) != 0
     assert "the static arm (--model none) has none" in capsys.readouterr().err
+
+
+def test_probe_refuses_document_context_for_data_without_documents(tmp_path, allennlp_dir, capsys):
+    conll2000 = write_lines(tmp_path / "pos.txt", ["The DT B-NP", "bank NN I-NP", "", "It PRP B-NP", "rose VBD B-VP"])
+    assert cli_main(["probe", "pos", "--layer", "1", "--train", str(conll2000), "--test", str(conll2000),
+                     *model_args(allennlp_dir), "--cache-dir", str(tmp_path / "cache"), "--context", "document"]) != 0
+    assert "pos.txt: --context document needs data marked in documents" in capsys.readouterr().err

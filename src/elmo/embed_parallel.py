@@ -156,17 +156,20 @@ def scan_input(path: str, part_lines: int, use_sentence_keys: bool,
     blocks, tokens, seen = [], [], set()
     in_document = 0  # sentence lines since the last document break
     for number, text in iter_lines(path):
+        words = len(text.split())
         if context == "sentence":
             starts = number % part_lines == 0
         else:
             in_document = 0 if is_document_break(text) else in_document + 1
             check_document_length(in_document, path, number)
             starts = not blocks or (in_document == 0 and number - blocks[-1][0] >= part_lines)
+            if in_document == 0:
+                words = 0  # a -DOCSTART- line is no sentence: it gets no vectors
         if starts:
             blocks.append((number, number))
             tokens.append(0)
         blocks[-1] = (blocks[-1][0], number + 1)
-        tokens[-1] += len(text.split())
+        tokens[-1] += words
         if use_sentence_keys:
             check_sentence_key(seen, text.strip(), path, number)
             seen.add(text.strip())
