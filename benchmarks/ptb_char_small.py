@@ -35,16 +35,15 @@ from pathlib import Path
 
 import torch
 
-from elmo.bilm import BiLM
 from elmo.cli import main as elmo
 from elmo.options import BiLMConfig
 from elmo.training.checkpoint import latest_checkpoint, list_checkpoints
 from elmo.training.data import BATCHINGS, count_targets
 from elmo.training.export import load_run
-from elmo.training.model import kim_initialise_
+from elmo.training.model import new_language_model
 from elmo.training.perplexity import perplexity
 from elmo.training.settings import OBJECTIVES, WEIGHT_INITS
-from elmo.training.softmax import Softmax, save_softmax
+from elmo.training.softmax import save_softmax
 from elmo.training.trainer import TrainSettings, train
 from elmo.training.vocab import Vocab
 from elmo.weights import save_bilm
@@ -74,26 +73,25 @@ def kim_small(projection_dim: int = 525) -> dict:
 def write_initial_model(model_dir: Path, seed: int, init: str = "bilm-tf", vocab: Path | None = None) -> None:
     """A fresh 525-wide biLM whose LSTM projections are [I 0]: each layer's 300 cell outputs, padded with zeros.
 
+    The weights are drawn by `elmo train --weight-init`'s code (training.model.new_language_model).
     `init="kim"`: Kim et al.'s initialisation instead of bilm-tf's (`main.lua`: every weight
     U(-0.05, 0.05), the highway's -2 a constant on its gate): the character vectors too (bilm-tf:
     U(-1, 1)), the padding character's starting at zero (Kim's stays zero; here it then trains),
     the LSTM's forget bias without TensorFlow's built-in +1, and a softmax (written beside the
-    weights, with `vocab`'s size) drawn the same way (bilm-tf: normal, std 1/sqrt(525)).
+    weights, with `vocab`'s size) drawn the same way (bilm-tf: normal, std 1/sqrt(525)). With
+    bilm-tf's draw the softmax is left to `elmo train` (no vocabulary needed here).
     """
     torch.manual_seed(seed)
-    bilm = BiLM(BiLMConfig.from_options(kim_small(525)))
+    vocab_size = len(Vocab.load(vocab)) if vocab is not None else 1  # 1: a softmax drawn after the biLM, not kept
+    model = new_language_model(BiLMConfig.from_options(kim_small(525)), vocab_size, init)
     model_dir.mkdir(parents=True, exist_ok=True)
-    if init == "kim":  # as `elmo train --weight-init kim` draws a fresh model
-        kim_initialise_(bilm)
     with torch.no_grad():
-        for stack in (bilm.forward_lstm, bilm.backward_lstm):
+        for stack in (model.bilm.forward_lstm, model.bilm.backward_lstm):
             for layer in stack.layers:
                 layer.W_P_0.copy_(torch.eye(*layer.W_P_0.shape))
     if init == "kim":
-        softmax = Softmax(len(Vocab.load(vocab)), 525)
-        kim_initialise_(softmax)
-        save_softmax(softmax, model_dir / "softmax.hdf5")
-    save_bilm(bilm, model_dir / "options.json", model_dir / "weights.hdf5")
+        save_softmax(model.softmax, model_dir / "softmax.hdf5")
+    save_bilm(model.bilm, model_dir / "options.json", model_dir / "weights.hdf5")
 
 
 def score(out: Path, text: Path, lines: int | None, device: str = "cpu", mode: str = "stream") -> dict:
@@ -130,7 +128,7 @@ def main() -> None:
     p.add_argument("--objective", default="mean", choices=list(OBJECTIVES),
                    help="mean (bilm-tf's, the 25-epoch run) or sum of the direction losses, or the forward LM alone")
     p.add_argument("--weight-init", "--init", dest="init", default="bilm-tf", choices=WEIGHT_INITS,
-                   help="`elmo train --weight-init`: bilm-tf's draw or Kim et al.'s (kim_initialise_), applied here by "
+                   help="`elmo train --weight-init`: bilm-tf's draw or Kim et al.'s (new_language_model), applied here by "
                    "write_initial_model before training because the projections are fixed (only with --projection-dim "
                    "525; --init is its earlier name)")
     args = p.parse_args()

@@ -124,16 +124,18 @@ def worker_embed(args) -> dict:
 
 
 def worker_train(args) -> dict:
-    """Forward + backward + Adagrad step with sampled softmax on 128 x 20 token windows (bilm-tf batching)."""
+    """Forward + backward + Adagrad step with sampled softmax on 128 x 20 token windows (bilm-tf batching):
+    `elmo train`'s own step function (trainer.train_step), with its rank all-reduce and finiteness checks."""
     from torch.nn.parallel import DistributedDataParallel
 
     from elmo.allocator import keep_freed_memory
     from elmo.options import BiLMConfig
     from elmo.training import distributed
     from elmo.training.data import SentenceSource, StreamBatcher
-    from elmo.training.model import LanguageModel, detach_states
+    from elmo.training.model import LanguageModel
     from elmo.training.softmax import LogUniformSampler
-    from elmo.training.trainer import train_step
+    from elmo.training.state import TrainingState
+    from elmo.training.trainer import StepRecipe, train_step
     from elmo.training.vocab import Vocab
 
     torch.set_num_threads(args.threads)
@@ -143,21 +145,20 @@ def worker_train(args) -> dict:
     torch.manual_seed(0)
     options = json.loads(Path(args.options).read_text())
     vocab = Vocab.load(args.vocab)
-    sampler = LogUniformSampler(len(vocab), args.negatives, torch.Generator().manual_seed(rank))
+    generator = torch.Generator().manual_seed(rank)
+    sampler = LogUniformSampler(len(vocab), args.negatives, generator)
     model = LanguageModel(BiLMConfig.from_options(options), len(vocab), dropout=0.1, sampler=sampler)
     model = model.to(args.device).train()
     trained = DistributedDataParallel(model) if world > 1 else model
     autocast = torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
     batcher = StreamBatcher(SentenceSource([args.sentences], seed=0), vocab, 128, 20)
-    params = list(model.parameters())
-    states = None
+    state = TrainingState(model, optimizer, batcher, generator, torch.device(args.device), rank, world)
+    recipe = StepRecipe(trained, list(model.parameters()), unroll=20, clip_norm=10.0, autocast=autocast)
 
     def step():
-        nonlocal states
         batch = batcher.next_batch().to(args.device)
-        *_, new_states = train_step(trained, batch, states, True, 20, params, 10.0, optimizer, autocast)
-        states = detach_states(new_states)
+        train_step(state, batch, recipe)
         return batch.n_tokens
 
     step()

@@ -104,7 +104,7 @@ def test_objective_sum_doubles_the_step_and_forward_leaves_the_backward_lstm(tmp
         s = settings(tmp_path, data, vocab, out=str(tmp_path / objective), objective=objective, optimizer="sgd", lr=0.5,
                      clip_norm=1e9, dropout=0.0, sampled=False, max_steps=1)
         options, run, lm_vocab = fresh_run(s, _model_options)
-        torch.manual_seed(run["seed"])  # the weights the run starts from, drawn as `train` draws them
+        torch.manual_seed(run.seed)  # the weights the run starts from, drawn as `train` draws them
         before = _build_model(options, lm_vocab, run, rank=0)[0].state_dict()
         train(s)
         after = load_checkpoint(list_checkpoints(s.out)[-1][1])["model"]

@@ -33,6 +33,7 @@ from elmo.training.data import Batch, SentenceSource, StreamBatcher, expand_corp
 from elmo.training.export import load_run
 from elmo.training.model import detach_states
 from elmo.training.perplexity import perplexity
+from elmo.training.settings import RunConfig
 from elmo.training.trainer import TrainSettings, _build_model, _make_optimizer, train
 from elmo.training.vocab import Vocab
 from elmo.weights import dataset_map, load_bilm
@@ -264,7 +265,7 @@ def test_train_export_embed_round_trip(tmp_path, fixture_run):
     # fine-tuning starts from exactly the exported weights and softmax, and refuses another vocabulary
     info = json.loads((run / "run.json").read_text())
     options = json.loads((run / "options.json").read_text())
-    start, _ = _build_model(options, vocab, dict(info, init_from=str(model_dir)), rank=0)
+    start, _ = _build_model(options, vocab, RunConfig.from_json(dict(info, init_from=str(model_dir))), rank=0)
     for name, value in lm.state_dict().items():
         assert torch.equal(start.state_dict()[name], value), name
     tuned = tmp_path / "tuned"
@@ -329,7 +330,7 @@ def _concat(a: Batch, b: Batch) -> Batch:
 
 def _two_ranks(tmp_path, fixture_run, *extra):
     """`elmo train` as 2 torchrun ranks of 3 rows for 4 steps, no dropout: (run dir, its metrics records,
-    options, run.json, vocabulary), with torch set up for a one-process reference (1 thread, the run's seed)."""
+    options, run.json as a RunConfig, vocabulary), with torch set up for a one-process reference (1 thread, the run's seed)."""
     _, _, flags = fixture_run
     run = tmp_path / "ddp"
     torchrun = Path(sys.executable).parent / "torchrun"
@@ -338,9 +339,9 @@ def _two_ranks(tmp_path, fixture_run, *extra):
     done = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    info = json.loads((run / "run.json").read_text())
+    info = RunConfig.from_json(json.loads((run / "run.json").read_text()))
     torch.set_num_threads(1)
-    torch.manual_seed(info["seed"])
+    torch.manual_seed(info.seed)
     return run, logged, json.loads((run / "options.json").read_text()), info, Vocab.load(run / "vocab.txt")
 
 
@@ -351,8 +352,8 @@ def test_torchrun_two_processes_match_one_process(tmp_path, fixture_run):
     run, logged, options, info, vocab = _two_ranks(tmp_path, fixture_run, "--full-softmax", "--batching", "stream")
     model, _ = _build_model(options, vocab, info, rank=0)
     optimizer = _make_optimizer(model, options, info)
-    files = expand_corpus(info["train"])
-    batchers = [StreamBatcher(SentenceSource(files, seed=info["seed"], shard=(r, 2), chunk_lines=info["chunk_lines"]),
+    files = expand_corpus(list(info.train))
+    batchers = [StreamBatcher(SentenceSource(files, seed=info.seed, shard=(r, 2), chunk_lines=info.chunk_lines),
                               vocab, 3, options["unroll_steps"]) for r in (0, 1)]
     model.train()
     states = None
@@ -381,9 +382,9 @@ def test_torchrun_sampled_softmax_with_sparse_gradients_matches_one_process(tmp_
     assert not model.softmax.sparse_grad  # the reference: dense gradients
     optimizer = _make_optimizer(model, options, info)
     samplers = [_build_model(options, vocab, info, rank=r)[0].sampler for r in (0, 1)]  # each rank's negatives
-    files = expand_corpus(info["train"])
-    batchers = [make_batcher("sentence", files, vocab, 3, options["unroll_steps"], seed=info["seed"], shard=(r, 2),
-                             chunk_lines=info["chunk_lines"]) for r in (0, 1)]
+    files = expand_corpus(list(info.train))
+    batchers = [make_batcher("sentence", files, vocab, 3, options["unroll_steps"], seed=info.seed, shard=(r, 2),
+                             chunk_lines=info.chunk_lines) for r in (0, 1)]
     model.train()
     params = list(model.parameters())
     for record in logged:

@@ -62,6 +62,16 @@ class LanguageModel(nn.Module):
         return losses[0], losses[1], (fwd_final, bwd_final)
 
 
+def new_language_model(config: BiLMConfig, vocab_size: int, weight_init: str = "bilm-tf", **kwargs) -> LanguageModel:
+    """A LanguageModel with fresh weights, drawn as `elmo train --weight-init` says: bilm-tf's (those the
+    modules draw when built) or Kim et al.'s (kim_initialise_ after that). benchmarks/ptb_char_small.py
+    draws its initial model here too. `kwargs`: LanguageModel's (dropout, sampler, ...)."""
+    model = LanguageModel(config, vocab_size, **kwargs)
+    if weight_init == "kim":
+        kim_initialise_(model)
+    return model
+
+
 def reset_states(states: States, rows: torch.Tensor) -> States:
     """The states with the given rows (a (B,) bool mask) set to zero: those rows start a new stream."""
     keep = (~rows.to(states[0][0][0].device)).unsqueeze(1)

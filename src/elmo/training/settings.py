@@ -8,7 +8,7 @@ import json
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import InputError
@@ -83,6 +83,53 @@ class TrainSettings:
     chunk_lines: int = CHUNK_LINES
 
 
+@dataclass(frozen=True)
+class Control:
+    """How often a run saves and logs (defaults: CONTROL_DEFAULTS); stored in run.json, a flag overrides it."""
+
+    checkpoint_every: int
+    checkpoint_minutes: float
+    keep_checkpoints: int
+    log_every: int
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """run.json: what a run keeps beside options.json, resolved once from the flags (fresh_run) or the
+    stored file (resumed_run) and passed on unchanged. The first eight fields' defaults are RUN_KEYS."""
+
+    optimizer: str
+    batching: str
+    seed: int
+    first_layer_dropout: bool
+    freeze: tuple[str, ...]
+    objective: str
+    weight_init: str
+    reset_rate: float
+    train: tuple[str, ...]
+    init_from: str | None
+    chunk_lines: int
+    max_steps: int | None
+    control: Control
+
+    @classmethod
+    def from_json(cls, stored: dict) -> RunConfig:
+        """From run.json's object (checked by read_run_file); a key older runs did not store gets its default."""
+        values = {name: stored.get(name, copy.deepcopy(default)) for name, default in RUN_KEYS.items()}
+        return cls(**dict(values, freeze=tuple(values["freeze"])), train=tuple(stored["train"]),
+                   init_from=stored.get("init_from"), chunk_lines=stored.get("chunk_lines", CHUNK_LINES),
+                   max_steps=stored.get("max_steps"), control=Control(**stored["control"]))
+
+    def to_json(self, world_size: int) -> dict:
+        """run.json's object, keys in the order earlier versions wrote them (their run folders still resume)."""
+        return dict(asdict(self), freeze=list(self.freeze), train=list(self.train), world_size=world_size)
+
+    @property
+    def streaming(self) -> bool:
+        """The LSTM state carries from window to window (every batching but whole sentences)."""
+        return self.batching != "sentence"
+
+
 def check(ok: bool, message: str) -> None:
     if not ok:
         raise InputError(message)
@@ -107,7 +154,7 @@ def check_flags(s: TrainSettings) -> None:
     check(s.dropout is None or 0.0 <= s.dropout < 1.0, f"--dropout must be in [0, 1), found {s.dropout!r}")
 
 
-def validate(options: dict, run: dict) -> None:
+def validate(options: dict, run: RunConfig) -> None:
     tokens = options["batch_size"] * options["unroll_steps"] if all(
         isinstance(options[k], int) for k in ("batch_size", "unroll_steps")) else 0
     check(tokens <= MAX_TOKENS_PER_STEP, f"--batch-size {options['batch_size']} x --unroll-steps "
@@ -120,21 +167,21 @@ def validate(options: dict, run: dict) -> None:
     check(_positive(options["n_epochs"]), f"--epochs must be positive and finite, found {options['n_epochs']!r}")
     check(isinstance(options["n_negative_samples_batch"], int) and options["n_negative_samples_batch"] > 0,
            f"--negatives must be a positive integer, found {options['n_negative_samples_batch']!r}")
-    check(run["optimizer"] in LR_DEFAULTS, f"--optimizer must be one of {', '.join(LR_DEFAULTS)}, found {run['optimizer']!r}")
-    check(run["objective"] in OBJECTIVES, f"--objective must be one of {', '.join(OBJECTIVES)}, found {run['objective']!r}")
-    check(run["weight_init"] in WEIGHT_INITS, f"--weight-init must be one of {', '.join(WEIGHT_INITS)}, found {run['weight_init']!r}")
-    check(run["batching"] in BATCHINGS, f"--batching must be one of {', '.join(BATCHINGS)}, found {run['batching']!r}")
-    check(isinstance(run["reset_rate"], (int, float)) and 0.0 <= run["reset_rate"] <= 1.0,
-          f"--reset-rate must be in [0, 1], found {run['reset_rate']!r}")
-    check(run["reset_rate"] == 0.0 or run["batching"] == "document",
-          f"--reset-rate cuts documents; it needs --batching document, found --batching {run['batching']}")
+    check(run.optimizer in LR_DEFAULTS, f"--optimizer must be one of {', '.join(LR_DEFAULTS)}, found {run.optimizer!r}")
+    check(run.objective in OBJECTIVES, f"--objective must be one of {', '.join(OBJECTIVES)}, found {run.objective!r}")
+    check(run.weight_init in WEIGHT_INITS, f"--weight-init must be one of {', '.join(WEIGHT_INITS)}, found {run.weight_init!r}")
+    check(run.batching in BATCHINGS, f"--batching must be one of {', '.join(BATCHINGS)}, found {run.batching!r}")
+    check(isinstance(run.reset_rate, (int, float)) and 0.0 <= run.reset_rate <= 1.0,
+          f"--reset-rate must be in [0, 1], found {run.reset_rate!r}")
+    check(run.reset_rate == 0.0 or run.batching == "document",
+          f"--reset-rate cuts documents; it needs --batching document, found --batching {run.batching}")
 
 
 def _positive(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
-def fresh_run(s: TrainSettings, model_options: Callable[[str], dict]) -> tuple[dict, dict, Vocab]:
+def fresh_run(s: TrainSettings, model_options: Callable[[str], dict]) -> tuple[dict, RunConfig, Vocab]:
     """Options (architecture + training keys) and run.json contents for a new run. `model_options`:
     `--init-from`'s model -> its options (resolved by the caller: models.py sits above this module)."""
     check_flags(s)
@@ -152,17 +199,18 @@ def fresh_run(s: TrainSettings, model_options: Callable[[str], dict]) -> tuple[d
     for name, (key, default) in OPTION_KEYS.items():
         value = getattr(s, name)
         options[key] = value if value is not None else options.get(key, default)
-    run = {name: getattr(s, name) if getattr(s, name) is not None else copy.deepcopy(default) for name, default in RUN_KEYS.items()}
-    options["learning_rate"] = s.lr if s.lr is not None else options.get("learning_rate", LR_DEFAULTS.get(run["optimizer"], 0.2))
+    given = {name: getattr(s, name) for name in RUN_KEYS if getattr(s, name) is not None}
+    run = RunConfig.from_json(dict(given, train=s.train, init_from=s.init_from, chunk_lines=s.chunk_lines,
+                                   max_steps=s.max_steps, control=_control(s, {})))
+    options["learning_rate"] = s.lr if s.lr is not None else options.get("learning_rate", LR_DEFAULTS.get(run.optimizer, 0.2))
     options["bidirectional"] = True
     vocab = Vocab.load(s.vocab)
     options["n_tokens_vocab"] = len(vocab)
-    run.update(train=list(s.train), init_from=s.init_from, chunk_lines=s.chunk_lines, max_steps=s.max_steps)
     validate(options, run)
     return options, run, vocab
 
 
-def resumed_run(s: TrainSettings, out: Path) -> tuple[dict, dict, Vocab]:
+def resumed_run(s: TrainSettings, out: Path) -> tuple[dict, RunConfig, Vocab]:
     """The stored settings; a flag that would change the computation is refused, not silently ignored."""
     check_flags(s)
     check((out / RUN_FILE).is_file(), f"{out}: --resume needs a run directory made by `elmo train` ({RUN_FILE} is missing)")
@@ -175,12 +223,22 @@ def resumed_run(s: TrainSettings, out: Path) -> tuple[dict, dict, Vocab]:
         if new is not None and name not in CAN_CHANGE_ON_RESUME and new != old:
             flag = FLAGS.get((name, new), f"--{name.replace('_', '-')} {new}")  # as the user typed it
             raise InputError(f"{flag}: the run in {out} was started with {old}; a resumed run keeps its settings")
+    max_steps = run.get("max_steps")
     if s.epochs is not None:
-        options["n_epochs"], run["max_steps"] = s.epochs, None
+        options["n_epochs"], max_steps = s.epochs, None
     if s.max_steps is not None:
-        run["max_steps"] = s.max_steps
-    validate(options, {**RUN_KEYS, **run})
-    return options, run, Vocab.load(out / VOCAB_NAME)
+        max_steps = s.max_steps
+    config = RunConfig.from_json(dict(run, max_steps=max_steps, control=_control(s, run.get("control", {}))))
+    validate(options, config)
+    return options, config, Vocab.load(out / VOCAB_NAME)
+
+
+def _control(s: TrainSettings, stored: dict) -> dict:
+    """Control's values: the flags', else the run's stored ones, else CONTROL_DEFAULTS."""
+    control = {k: getattr(s, k) if getattr(s, k) is not None else stored.get(k, v) for k, v in CONTROL_DEFAULTS.items()}
+    check(all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in control.values()),
+          "--checkpoint-every, --checkpoint-minutes, --keep-checkpoints and --log-every must be positive")
+    return control
 
 
 FLAGS = {("sampled", False): "--full-softmax", ("sampled", True): "--sampled-softmax",
@@ -200,21 +258,25 @@ def read_run_file(path: Path) -> dict:
     for name, default in RUN_KEYS.items():
         value = run.get(name, default)
         check(type(value) is type(default) or (isinstance(default, (int, float)) and isinstance(value, (int, float))
-                                                and not isinstance(value, bool)) or value is None,
+                                                and not isinstance(value, bool)),
               f"{path}: '{name}' must be {type(default).__name__}, found {value!r}")
     train = run.get("train")
     check(isinstance(train, list) and all(isinstance(t, str) for t in train),
           f"{path}: 'train' must be a list of file names, found {train!r}")
     check(run.get("max_steps") is None or (isinstance(run["max_steps"], int) and run["max_steps"] >= 1),
           f"{path}: 'max_steps' must be a positive integer or null, found {run.get('max_steps')!r}")
+    check(isinstance(run.get("chunk_lines", CHUNK_LINES), int) and run.get("chunk_lines", CHUNK_LINES) >= 1,
+          f"{path}: 'chunk_lines' must be a positive integer, found {run.get('chunk_lines')!r}")
+    check(run.get("init_from") is None or isinstance(run["init_from"], str),
+          f"{path}: 'init_from' must be a model name or path, or null, found {run.get('init_from')!r}")
     check(isinstance(run.get("control", {}), dict), f"{path}: 'control' must be an object")
     return run
 
 
-def total_steps(options: dict, run: dict, files: list[str], world: int) -> int:
+def total_steps(options: dict, run: RunConfig, files: list[str], world: int) -> int:
     """--max-steps, else bilm-tf's n_epochs * int(n_train_tokens / (batch * unroll * devices))."""
-    if run.get("max_steps"):
-        return int(run["max_steps"])
+    if run.max_steps:
+        return int(run.max_steps)
     if not options.get("n_train_tokens"):
         print(f"counting the corpus' tokens to turn {options['n_epochs']} epochs into steps "
               "(give --max-steps, or n_train_tokens in the options, to skip this)", file=sys.stderr)

@@ -5,7 +5,8 @@ writes it), run.json (our settings), vocab.txt, metrics.jsonl and checkpoints/. 
 the weights, the optimizer, the step, and per rank the data position, the LSTM states and the RNG
 states, so a resumed run computes exactly what the uninterrupted one would have.
 SIGTERM (a scheduler's preemption; torchrun forwards it) saves a checkpoint and stops after the
-current step; SIGUSR1 saves one and goes on.
+current step; SIGUSR1 saves one and goes on. What a checkpoint holds is state.TrainingState; each
+update is `train_step` (what benchmarks/speed.py times).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -28,22 +31,16 @@ from ..fileio import atomic_path, check_not_input
 from ..models import resolve
 from ..options import OPTIONS_NAME, BiLMConfig, read_options, write_options
 from ..weights import load_bilm
-from . import TrainingError, distributed
-from .checkpoint import (
-    latest_checkpoint,
-    list_checkpoints,
-    load_checkpoint,
-    load_into,
-    save_checkpoint,
-)
-from .data import expand_corpus, head_counts, make_batcher
-from .model import LanguageModel, detach_states, kim_initialise_
+from . import distributed
+from .checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
+from .data import Batch, expand_corpus, head_counts, make_batcher
+from .model import LanguageModel, detach_states, new_language_model
 from .settings import (
     CHECKPOINT_DIR,
-    CONTROL_DEFAULTS,
     METRICS_FILE,
     OBJECTIVES,
     RUN_FILE,
+    RunConfig,
     TrainSettings,
     check,
     fresh_run,
@@ -51,25 +48,24 @@ from .settings import (
     total_steps,
 )
 from .softmax import LogUniformSampler, load_softmax
+from .state import TrainingState
 from .vocab import VOCAB_NAME, Vocab, check_frequency_order, write_vocab
 
 __all__ = ["TrainSettings", "train"]
 
 
-def _build_model(options: dict, vocab: Vocab, run: dict, rank: int, init: bool = True) -> tuple[LanguageModel, torch.Generator]:
+def _build_model(options: dict, vocab: Vocab, run: RunConfig, rank: int, init: bool = True) -> tuple[LanguageModel, torch.Generator]:
     """The LM with fresh weights (bilm-tf's or Kim et al.'s draw), or `--init-from`'s, when `init`
     (a resumed run loads its checkpoint instead)."""
     config = BiLMConfig.from_options(options)
-    generator = torch.Generator().manual_seed(run["seed"] * 7919 + 17 + rank)
+    generator = torch.Generator().manual_seed(run.seed * 7919 + 17 + rank)
     sampler = None
     if options["sample_softmax"] and options["n_negative_samples_batch"] < len(vocab):
         sampler = LogUniformSampler(len(vocab), options["n_negative_samples_batch"], generator)
-    model = LanguageModel(config, len(vocab), dropout=options["dropout"], sampler=sampler,
-                          first_layer_dropout=run.get("first_layer_dropout", True))
-    if init and run.get("weight_init") == "kim":
-        kim_initialise_(model)
-    if init and run.get("init_from"):
-        files = resolve(run["init_from"]).original_files()
+    model = new_language_model(config, len(vocab), run.weight_init if init else "bilm-tf", dropout=options["dropout"],
+                               sampler=sampler, first_layer_dropout=run.first_layer_dropout)
+    if init and run.init_from:
+        files = resolve(run.init_from).original_files()
         state = load_bilm(files.options_file, files.weight_file).state_dict()
         table = state["char_encoder.char_embed"]
         if table.shape[0] == model.bilm.char_encoder.char_embed.shape[0] + 1:
@@ -98,33 +94,13 @@ def freeze_parameters(model: torch.nn.Module, patterns: list[str]) -> list[str]:
     return frozen
 
 
-def _make_optimizer(model: torch.nn.Module, options: dict, run: dict) -> torch.optim.Optimizer:
+def _make_optimizer(model: torch.nn.Module, options: dict, run: RunConfig) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
-    if run["optimizer"] == "adam":
+    if run.optimizer == "adam":
         return torch.optim.Adam(params, lr=options["learning_rate"])
-    if run["optimizer"] == "sgd":
+    if run.optimizer == "sgd":
         return torch.optim.SGD(params, lr=options["learning_rate"])
     return torch.optim.Adagrad(params, lr=options["learning_rate"], initial_accumulator_value=1.0)
-
-
-def _rng_state(generator: torch.Generator, device: torch.device) -> dict:
-    state = {"torch": torch.get_rng_state(), "sampler": generator.get_state()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def _set_rng_state(state: dict, generator: torch.Generator, device: torch.device) -> None:
-    torch.set_rng_state(state["torch"])
-    generator.set_state(state["sampler"])
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state(state["cuda"], device)
-
-
-def _states_to(states, device):
-    if states is None:
-        return None
-    return tuple([(c.to(device), h.to(device)) for c, h in direction] for direction in states)
 
 
 def _step_of(line: str) -> float:
@@ -154,7 +130,7 @@ def train(s: TrainSettings) -> dict:
         distributed.teardown()
 
 
-def _open_run(s: TrainSettings, rank: int, world: int) -> tuple[dict, dict, Vocab, dict | None]:
+def _open_run(s: TrainSettings, rank: int, world: int) -> tuple[dict, RunConfig, Vocab, dict | None]:
     """Options, run settings, vocabulary and (with --resume) the checkpoint; a fresh run writes its files."""
     out = Path(s.out)
     checkpoint = None
@@ -169,26 +145,14 @@ def _open_run(s: TrainSettings, rank: int, world: int) -> tuple[dict, dict, Voca
         check(not list_checkpoints(out), f"{out}: already holds a training run; pass --resume to continue it, or choose another --out")
         check_not_input(out, {"--train": s.train, "--vocab": s.vocab, "--init-from": s.init_from}, "--out", folder=True)
         options, run, vocab = fresh_run(s, _model_options)
-    control = {k: getattr(s, k) if getattr(s, k) is not None else run.get("control", {}).get(k, v)
-               for k, v in CONTROL_DEFAULTS.items()}
-    check(all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in control.values()),
-           "--checkpoint-every, --checkpoint-minutes, --keep-checkpoints and --log-every must be positive")
-    run["control"] = control
     if rank == 0 and checkpoint is None:
         out.mkdir(parents=True, exist_ok=True)
         (out / METRICS_FILE).unlink(missing_ok=True)  # a run that died before its first checkpoint
         write_options(options, out / OPTIONS_NAME)
         write_vocab(vocab.tokens, out / VOCAB_NAME)
         with atomic_path(out / RUN_FILE) as tmp, open(tmp, "w", encoding="utf-8") as f:
-            json.dump(dict(run, world_size=world), f, indent=2)
+            json.dump(run.to_json(world), f, indent=2)
     return options, run, vocab, checkpoint
-
-
-def losses(trained: torch.nn.Module, batch, states, streaming: bool, autocast) -> tuple[torch.Tensor, torch.Tensor, tuple]:
-    """The two directions' mean losses on one batch, and the LSTM states after it."""
-    with autocast:
-        nll_f, nll_b, new_states = trained(batch, states, streaming)
-    return nll_f.mean(), nll_b.mean(), new_states
 
 
 def apply_gradients(loss_f: torch.Tensor, loss_b: torch.Tensor, unroll: int, params: list, clip_norm: float,
@@ -223,12 +187,49 @@ def clip_gradients(params: list, max_norm: float) -> torch.Tensor:
     return norm
 
 
-def train_step(trained, batch, states, streaming: bool, unroll: int, params: list, clip_norm: float, optimizer,
-               autocast=None) -> tuple[float, float, torch.Tensor, tuple]:
-    """Forward, backward and update on one batch, as `elmo train` runs it (benchmarks time this)."""
-    loss_f, loss_b, new_states = losses(trained, batch, states, streaming, autocast or contextlib.nullcontext())
-    norm = apply_gradients(loss_f, loss_b, unroll, params, clip_norm, optimizer)
-    return loss_f.item(), loss_b.item(), norm, new_states
+@dataclass(frozen=True)
+class StepRecipe:
+    """How each update of a run is computed; `elmo train` and benchmarks/speed.py run the same `train_step`."""
+
+    trained: torch.nn.Module  # the model, or its DistributedDataParallel wrapper
+    params: list  # those the optimizer updates
+    unroll: int
+    clip_norm: float
+    objective: str = "mean"  # settings.OBJECTIVES
+    streaming: bool = True  # the LSTM state carries to the next window
+    autocast: Any = field(default_factory=contextlib.nullcontext)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What the loop logs and decides after a step."""
+
+    loss_f: float  # the forward LM's mean loss on this batch, averaged over the ranks
+    loss_b: float
+    norm: torch.Tensor  # the gradient norm before clipping
+    save: bool  # rank 0's decisions, the same on every rank: checkpoint after this step,
+    stop: bool  # and stop after it
+
+
+def train_step(state: TrainingState, batch: Batch, recipe: StepRecipe, save: bool = False, stop: bool = False) -> StepResult:
+    """One update, as `elmo train` runs it (benchmarks/speed.py times this): forward, the losses averaged
+    over the ranks (rank 0's `save` and `stop` shared in the same all-reduce), backward of the
+    objective, clipping, the optimizer step. A loss or gradient norm that is not finite stops training
+    (TrainingError, nothing applied); otherwise `state` moves on by one step."""
+    with recipe.autocast:
+        nll_f, nll_b, new_states = recipe.trained(batch, state.states, recipe.streaming)
+    loss_f, loss_b = nll_f.mean(), nll_b.mean()
+    mean_f, mean_b, save, stop = _agree(loss_f, loss_b, save, stop, state.world)
+    if not (math.isfinite(mean_f) and math.isfinite(mean_b)):
+        raise state.not_finite(state.step + 1, f"the loss is not finite (forward {mean_f}, backward {mean_b})")
+    norm = apply_gradients(loss_f, loss_b, recipe.unroll, recipe.params, recipe.clip_norm, state.optimizer, recipe.objective)
+    if not torch.isfinite(norm):
+        raise state.not_finite(state.step + 1, f"the gradient norm is not finite ({float(norm)}; losses: "
+                                               f"forward {mean_f}, backward {mean_b})")
+    state.states = detach_states(new_states) if recipe.streaming else None
+    state.step += 1
+    state.tokens += batch.n_tokens * state.world
+    return StepResult(mean_f, mean_b, norm, save, stop)
 
 
 class _Progress:
@@ -286,95 +287,78 @@ def _prepare_process(s: TrainSettings, device: torch.device) -> None:
         keep_freed_memory()
 
 
-def _model_and_optimizer(options: dict, vocab: Vocab, run: dict, rank: int, device: torch.device,
+def _model_and_optimizer(options: dict, vocab: Vocab, run: RunConfig, rank: int, device: torch.device,
                          init: bool) -> tuple[LanguageModel, torch.Generator, torch.optim.Optimizer]:
     """The model on its device (frozen parameters fixed, sparse softmax gradients where they pay) and its optimizer."""
-    torch.manual_seed(run["seed"])
+    torch.manual_seed(run.seed)
     model, generator = _build_model(options, vocab, run, rank, init=init)
-    freeze_parameters(model, run.get("freeze", []))
+    freeze_parameters(model, list(run.freeze))
     model.to(device)
     # The sampled softmax reads a few rows: Adagrad and SGD then update only those (Adam has no sparse update).
-    model.softmax.sparse_grad = model.sampler is not None and device.type == "cpu" and run["optimizer"] in ("adagrad", "sgd")
+    model.softmax.sparse_grad = model.sampler is not None and device.type == "cpu" and run.optimizer in ("adagrad", "sgd")
     if model.softmax.sparse_grad:
         torch.sparse.check_sparse_tensor_invariants.disable()  # the default, said explicitly: torch warns otherwise
     return model, generator, _make_optimizer(model, options, run)
 
 
+def _initial_state(options: dict, vocab: Vocab, run: RunConfig, files: list[str], rank: int, world: int,
+                   device: torch.device, fresh: bool) -> TrainingState:
+    """The run at step 0 (a resumed run then loads its checkpoint into it); the RNG draws in this order."""
+    model, generator, optimizer = _model_and_optimizer(options, vocab, run, rank, device, init=fresh)
+    batcher = make_batcher(run.batching, files, vocab, options["batch_size"], options["unroll_steps"], seed=run.seed,
+                           shard=(rank, world), chunk_lines=run.chunk_lines, reset_rate=run.reset_rate)
+    torch.manual_seed(run.seed * 1_000_003 + rank)  # dropout differs per rank
+    return TrainingState(model, optimizer, batcher, generator, device, rank, world)
+
+
 def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dict:
     _prepare_process(s, device)
-    out = Path(s.out)
     options, run, vocab, checkpoint = _open_run(s, rank, world)
-    control = run["control"]
-    files = expand_corpus(run["train"])
+    files = expand_corpus(list(run.train))
     max_steps = total_steps(options, run, files, world)
     if checkpoint is None and options["sample_softmax"]:
         check_frequency_order(vocab, head_counts(files), where=f"the first 200,000 tokens of {files[0]}")
-    model, generator, optimizer = _model_and_optimizer(options, vocab, run, rank, device, init=checkpoint is None)
-    unroll = options["unroll_steps"]
-    batcher = make_batcher(run["batching"], files, vocab, options["batch_size"], unroll, seed=run["seed"],
-                           shard=(rank, world), chunk_lines=run["chunk_lines"], reset_rate=run.get("reset_rate", 0.0))
-    streaming = run["batching"] != "sentence"  # the LSTM state carries from window to window
-    torch.manual_seed(run["seed"] * 1_000_003 + rank)  # dropout differs per rank
-    step, tokens, states, elapsed_before = 0, 0, None, 0.0
+    state = _initial_state(options, vocab, run, files, rank, world, device, fresh=checkpoint is None)
     if checkpoint is not None:
-        step, tokens, states, elapsed_before = _restore(checkpoint, model, optimizer, batcher, generator, device, rank, s.lr)
+        state.load_state_dict(checkpoint, Path(checkpoint["path"]), s.lr)
         if rank == 0:
-            _truncate_metrics(out / METRICS_FILE, step)
-    trained = distributed.wrap(model, world)
-    model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    last_path = latest_checkpoint(out) if checkpoint is not None else None
-
-    def save(at_step: int) -> Path | None:
-        bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
-        if bad:
-            raise TrainingError(_nan_message(at_step, f"the model's weights are not finite ({', '.join(bad)})", last_path))
-        mine = {"data": batcher.state(), "lstm": _states_to(states, "cpu"), "rng": _rng_state(generator, device)}
-        everyone = distributed.gather(mine)
-        if rank != 0:
-            return None
-        state = {"step": at_step, "tokens": tokens, "world_size": world, "elapsed": elapsed_before + time.time() - start,
-                 "model": model.state_dict(), "optimizer": optimizer.state_dict(), "ranks": everyone}
-        return save_checkpoint(state, out, at_step, control["keep_checkpoints"])
-
+            _truncate_metrics(Path(s.out) / METRICS_FILE, state.step)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if s.bf16 else contextlib.nullcontext()
-    start = last_save = time.time()
+    recipe = StepRecipe(distributed.wrap(state.model, world), [p for p in state.model.parameters() if p.requires_grad],
+                        options["unroll_steps"], options["all_clip_norm_val"], run.objective, run.streaming, autocast)
+    state.model.train()
+    return _loop(s, state, recipe, run, max_steps)
+
+
+def _loop(s: TrainSettings, state: TrainingState, recipe: StepRecipe, run: RunConfig, max_steps: int) -> dict:
+    """Steps until `max_steps`, SIGTERM or --max-minutes, logging and saving as `run.control` says; -> the summary."""
+    out, control, rank = Path(s.out), run.control, state.rank
+    start = last_save = state.started = time.time()
     with contextlib.ExitStack() as cleanup:
-        progress = _Progress(out, rank, s.progress, max_steps, step, run.get("objective", "mean"))
+        progress = _Progress(out, rank, s.progress, max_steps, state.step, run.objective)
         cleanup.callback(progress.close)
-        cleanup.callback(batcher.close)
+        cleanup.callback(state.batcher.close)
         signals = cleanup.enter_context(_signal_requests())
-        while step < max_steps:
-            batch = batcher.next_batch().to(device)
-            loss_f, loss_b, new_states = losses(trained, batch, states, streaming, autocast)
+        while state.step < max_steps:
+            batch = state.batcher.next_batch().to(state.device)
             now = time.time()
             asked_to_save, signals["save"] = signals["save"], False
-            due = asked_to_save or (rank == 0 and now - last_save >= 60.0 * control["checkpoint_minutes"])
+            due = asked_to_save or (rank == 0 and now - last_save >= 60.0 * control.checkpoint_minutes)
             out_of_time = signals["stop"] or (rank == 0 and s.max_minutes is not None and now - start >= 60.0 * s.max_minutes)
-            mean_f, mean_b, due, stop = _agree(loss_f, loss_b, due, out_of_time, world)
-            if not (math.isfinite(mean_f) and math.isfinite(mean_b)):
-                raise TrainingError(_nan_message(step + 1, f"the loss is not finite (forward {mean_f}, backward {mean_b})",
-                                                 last_path))
-            norm = apply_gradients(loss_f, loss_b, unroll, params, options["all_clip_norm_val"], optimizer,
-                                   run.get("objective", "mean"))
-            if not torch.isfinite(norm):
-                raise TrainingError(_nan_message(step + 1, f"the gradient norm is not finite ({float(norm)}; losses: "
-                                                 f"forward {mean_f}, backward {mean_b})", last_path))
-            states = detach_states(new_states) if streaming else None
-            step += 1
-            tokens += batch.n_tokens * world
-            progress.add(mean_f, mean_b, batch.n_tokens * world)
-            if step % control["log_every"] == 0 or step == max_steps or stop:
-                progress.write(step, tokens, elapsed_before + time.time() - start, float(norm), optimizer.param_groups[0]["lr"])
+            done = train_step(state, batch, recipe, due, out_of_time)
+            step = state.step
+            progress.add(done.loss_f, done.loss_b, batch.n_tokens * state.world)
+            if step % control.log_every == 0 or step == max_steps or done.stop:
+                progress.write(step, state.tokens, state.elapsed(), float(done.norm), state.optimizer.param_groups[0]["lr"])
             progress.tick()
-            if step % control["checkpoint_every"] == 0 or step == max_steps or due or stop:
-                last_path = save(step) or last_path
+            if step % control.checkpoint_every == 0 or step == max_steps or done.save or done.stop:
+                state.save(out, control.keep_checkpoints)
                 last_save = time.time()
-            if stop:
+            if done.stop:
                 break
-    stopped_by = "SIGTERM" if signals["stop"] else None
-    return dict(progress.summary, max_steps=max_steps, checkpoint=str(last_path) if last_path else None, run_dir=str(out),
-                stopped_by=stopped_by)
+    last = state.last_checkpoint
+    return dict(progress.summary, max_steps=max_steps, checkpoint=str(last) if last else None, run_dir=str(out),
+                stopped_by="SIGTERM" if signals["stop"] else None)
 
 
 @contextlib.contextmanager
@@ -408,21 +392,6 @@ def _agree(loss_f: torch.Tensor, loss_b: torch.Tensor, due: bool, out_of_time: b
     return mean_f, mean_b, stats[2].item() > 0, stats[3].item() > 0
 
 
-def _restore(checkpoint: dict, model, optimizer, batcher, generator, device, rank: int, lr: float | None):
-    """Load a checkpoint into the model, optimizer, batcher and RNGs; -> step, tokens, LSTM states, elapsed."""
-    where = checkpoint.get("path", "the checkpoint")
-    load_into(model, checkpoint["model"], where)
-    load_into(optimizer, checkpoint["optimizer"], where, "optimizer state")  # with the learning rate it had reached
-    if lr is not None:
-        check(lr > 0, f"--lr must be positive, found {lr}")
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-    mine = checkpoint["ranks"][rank]
-    batcher.restore(mine["data"])
-    _set_rng_state(mine["rng"], generator, device)
-    return checkpoint["step"], checkpoint["tokens"], _states_to(mine["lstm"], device), checkpoint["elapsed"]
-
-
 def _record(step, tokens, window, seconds, elapsed, norm, lr, objective: str = "mean") -> dict:
     """`loss` and `ppl`: per direction trained, so `forward`'s are the forward LM's, not a mean with an untrained one."""
     loss_f, loss_b = window["loss_f"] / window["steps"], window["loss_b"] / window["steps"]
@@ -431,11 +400,3 @@ def _record(step, tokens, window, seconds, elapsed, norm, lr, objective: str = "
     return {"step": step, "tokens": tokens, "loss": loss, "loss_forward": loss_f, "loss_backward": loss_b,
             "ppl": math.exp(min(loss, 700.0)), "tok_s": window["tokens"] / max(seconds, 1e-9), "grad_norm": norm,
             "lr": lr, "elapsed_s": round(elapsed, 3)}
-
-
-def _nan_message(step: int, found: str, last_path: Path | None) -> str:
-    """`found`: what is not finite, with the values seen."""
-    kept = (f"the last good checkpoint, {last_path}, is kept (continue from it with --resume and a lower --lr)"
-            if last_path else "no checkpoint had been written yet")
-    return (f"step {step}: {found}; training stopped and "
-            f"nothing was saved after step {step - 1}; {kept}. Try a lower --lr or check the corpus.")
