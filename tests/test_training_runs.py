@@ -24,6 +24,7 @@ from conftest import BILM_TF, DATA, MICRO_RUN, need, subprocess_env
 from elmo.chars import batch_to_ids
 from elmo.cli import main as cli_main
 from elmo.errors import ModelFileError
+from elmo.training import trainer
 from elmo.training.checkpoint import (
     latest_checkpoint,
     list_checkpoints,
@@ -168,11 +169,35 @@ def test_sigusr1_saves_and_goes_on_sigterm_saves_and_stops(tmp_path, fixture_run
     assert load_checkpoint(latest_checkpoint(run))["step"] == stopped_at + 2
 
 
-def test_training_leaves_the_signal_handlers_as_it_found_them(tmp_path, fixture_run):
-    _, _, flags = fixture_run
+def test_signals_in_process_save_and_stop_and_the_handlers_come_back(tmp_path, fixture_run, monkeypatch):
+    """SIGUSR1 after step 1 saves at step 2, SIGTERM after step 3 saves and stops at step 4; without the
+    trainer's handlers the signals would reach the ones set here and the run would go on to step 10."""
+    data, vocab, _ = fixture_run
+    reached = []
+    original = {sig: signal.signal(sig, lambda signum, frame: reached.append(signum)) for sig in (signal.SIGTERM, signal.SIGUSR1)}
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGUSR1)
-    assert cli_main(["train", *flags, "--max-steps", "2", "--out", str(tmp_path / "run")]) == 0
-    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGUSR1)) == before
+    step = trainer.train_step
+
+    def signalling_step(state, *args):
+        done = step(state, *args)
+        if state.step in (1, 3):
+            signal.raise_signal(signal.SIGUSR1 if state.step == 1 else signal.SIGTERM)
+        return done
+
+    monkeypatch.setattr(trainer, "train_step", signalling_step)
+    try:
+        run = tmp_path / "run"
+        summary = train(TrainSettings(out=str(run), train=[str(data)], vocab=str(vocab), options=MICRO_RUN, batch_size=6,
+                                      unroll_steps=8, negatives=16, threads=1, progress=False, seed=5, max_steps=10,
+                                      checkpoint_every=100, checkpoint_minutes=600.0))
+        after = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGUSR1)
+    finally:
+        for sig, handler in original.items():
+            signal.signal(sig, handler)
+    assert reached == []  # the trainer's handlers took both
+    assert summary["stopped_by"] == "SIGTERM" and summary["step"] == 4
+    assert [s for s, _ in list_checkpoints(run)] == [2, 4]
+    assert after == before
 
 
 @pytest.mark.slow  # resume
