@@ -28,7 +28,9 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -87,46 +89,85 @@ def data_files(data: Path) -> dict:
     }
 
 
-def plan(args) -> list[tuple[str, list[str]]]:
-    """(metrics file name, elmo command arguments) for every run of the grid, in a cheap-first order."""
-    f = data_files(args.data)
-    elmo = ["--options", str(args.options), "--weights", str(args.weights)] if args.options else ["--elmo", args.elmo]
-    common = ["--cache-dir", str(args.cache_dir)] + (["--threads", str(args.threads)] if args.threads else [])
-    common += ["--limit", str(args.limit)] if args.limit else []
-    train_extra = args.train_args.get("all", [])
+@dataclass(frozen=True)
+class Grid:
+    """What to run and render: the command line, read once (`parse_args`)."""
+
+    elmo: str
+    options: Path | None
+    weights: Path | None
+    data: Path
+    static: Path
+    out: Path
+    cache_dir: Path
+    docs: Path
+    seeds: tuple[int, ...]
+    tasks: tuple[str, ...]
+    probes: bool
+    num_layers: int
+    output_mix: bool
+    threads: int
+    limit: int | None
+    arms: tuple[str, ...]
+    shard: tuple[int, int]
+    render_only: bool
+    conditions: str
+    force: bool
+    in_process: bool
+    smoke: bool
+    train_args: dict  # task (or "all") -> `elmo task train` flags
+    probe_args: tuple[str, ...]
+    low_resource: dict  # fraction -> flags
+    static_args: tuple[str, ...]
+
+
+class Run(NamedTuple):
+    """One run of the grid: its metrics file's name and the `elmo` command (without --out) that writes it."""
+
+    name: str
+    command: list[str]
+
+
+def plan(grid: Grid) -> list[Run]:
+    """Every run of the grid, in a cheap-first order."""
+    f = data_files(grid.data)
+    elmo = ["--options", str(grid.options), "--weights", str(grid.weights)] if grid.options else ["--elmo", grid.elmo]
+    common = ["--cache-dir", str(grid.cache_dir)] + (["--threads", str(grid.threads)] if grid.threads else [])
+    common += ["--limit", str(grid.limit)] if grid.limit else []
+    train_extra = grid.train_args.get("all", [])
     # Low-resource NER runs first (cheap), then the full-data runs seed by seed, so every table row has a
     # first reading before the second seed starts. Several processes share the grid (see `claim`).
-    cells = [(task, fraction, seed) for fraction in FRACTIONS[:-1] for task in args.tasks if task == "ner"
-             for seed in args.seeds]
-    cells += [(task, 1.0, seed) for seed in args.seeds for task in args.tasks]
+    cells = [(task, fraction, seed) for fraction in FRACTIONS[:-1] for task in grid.tasks if task == "ner"
+             for seed in grid.seeds]
+    cells += [(task, 1.0, seed) for seed in grid.seeds for task in grid.tasks]
     runs = []
     for task, fraction, seed in cells:
         train, dev, test = (str(p) for p in f[task])
         for arm in ("static", "elmo"):
             name = f"{task}-{arm}-{fraction:g}-s{seed}.json"
             cmd = ["task", "train", task, "--train", train, "--dev", dev, "--test", test,
-                   *(elmo if arm == "elmo" else ["--elmo", "none"]), "--static", str(args.static),
-                   "--seed", str(seed), *common, *train_extra, *args.train_args.get(task, [])]
+                   *(elmo if arm == "elmo" else ["--elmo", "none"]), "--static", str(grid.static),
+                   "--seed", str(seed), *common, *train_extra, *grid.train_args.get(task, [])]
             if fraction < 1:
                 # fewer sentences need more passes to reach the same number of updates
-                cmd += ["--train-fraction", f"{fraction:g}", *args.low_resource.get(fraction, [])]
-            if arm == "elmo" and args.output_mix:
+                cmd += ["--train-fraction", f"{fraction:g}", *grid.low_resource.get(fraction, [])]
+            if arm == "elmo" and grid.output_mix:
                 cmd.append("--output-mix")
-            if task == "ner" and fraction == 1.0 and seed == args.seeds[0]:
-                cmd += ["--save", str(args.out / name.replace(".json", ".model.pt"))]  # for `elmo lab --ner`
-            runs.append((name, cmd))
-    if args.probes:
+            if task == "ner" and fraction == 1.0 and seed == grid.seeds[0]:
+                cmd += ["--save", str(grid.out / name.replace(".json", ".model.pt"))]  # for `elmo lab --ner`
+            runs.append(Run(name, cmd))
+    if grid.probes:
         for data_name in ("pos-ptb", "pos-ud"):
             train, dev, test = f[data_name]
-            for layer in range(args.num_layers):
+            for layer in range(grid.num_layers):
                 cmd = ["probe", "pos", "--layer", str(layer), "--train", str(train), "--test", str(test), *elmo,
-                       *common, *args.probe_args]
-                runs.append((f"probe-{data_name}-layer{layer}.json", cmd + (["--dev", str(dev)] if dev else [])))
+                       *common, *grid.probe_args]
+                runs.append(Run(f"probe-{data_name}-layer{layer}.json", cmd + (["--dev", str(dev)] if dev else [])))
         w = f["wsd"]
-        for layer in range(args.num_layers):
+        for layer in range(grid.num_layers):
             cmd = ["probe", "wsd", "--layer", str(layer), *[a for k, v in w.items() for a in (f"--{k.replace('_', '-')}", str(v))],
                    *elmo, *common]
-            runs.append((f"probe-wsd-layer{layer}.json", cmd))
+            runs.append(Run(f"probe-wsd-layer{layer}.json", cmd))
     return runs
 
 
@@ -135,8 +176,8 @@ def elmo_command() -> list[str]:
     return [str(exe)] if exe.exists() else [shutil.which("elmo") or "elmo"]
 
 
-def static_command(args) -> list[str]:
-    return ["static", "train", str(data_files(args.data)["corpus"]), "-o", str(args.static), *args.static_args]
+def static_command(grid: Grid) -> list[str]:
+    return ["static", "train", str(data_files(grid.data)["corpus"]), "-o", str(grid.static), *grid.static_args]
 
 
 def arm_of(name: str) -> str:
@@ -144,17 +185,17 @@ def arm_of(name: str) -> str:
     return "static" if "-static-" in name else "elmo"
 
 
-def run_grid(args, runs) -> None:
-    args.out.mkdir(parents=True, exist_ok=True)
-    runs = [(name, cmd) for name, cmd in runs if arm_of(name) in args.arms]
-    if not args.static.exists():
-        args.static.parent.mkdir(parents=True, exist_ok=True)
-        cmd = static_command(args)
+def run_grid(grid: Grid, runs: list[Run]) -> None:
+    grid.out.mkdir(parents=True, exist_ok=True)
+    runs = [run for run in runs if arm_of(run.name) in grid.arms]
+    if not grid.static.exists():
+        grid.static.parent.mkdir(parents=True, exist_ok=True)
+        cmd = static_command(grid)
         print("+ elmo " + shlex.join(cmd), flush=True)
-        _run(args, cmd)
+        _run(grid, cmd)
     for i, (name, cmd) in enumerate(runs, 1):
-        target = args.out / name
-        if target.exists() or (i - 1) % args.shard[1] != args.shard[0]:
+        target = grid.out / name
+        if target.exists() or (i - 1) % grid.shard[1] != grid.shard[0]:
             continue
         lock = claim(target)
         if lock is None:
@@ -166,7 +207,7 @@ def run_grid(args, runs) -> None:
             cmd = cmd + ["--out", str(target)]
             print(f"[{i}/{len(runs)}] + elmo {shlex.join(cmd)}", flush=True)
             started = time.time()
-            _run(args, cmd)
+            _run(grid, cmd)
             print(f"    done in {time.time() - started:.0f}s", flush=True)
         finally:
             lock.unlink(missing_ok=True)
@@ -210,8 +251,8 @@ def _lock_alive(lock: Path) -> bool:
     return True
 
 
-def _run(args, cmd: list[str]) -> None:
-    if args.in_process:
+def _run(grid: Grid, cmd: list[str]) -> None:
+    if grid.in_process:
         from elmo.cli import main
         code = main(cmd)
     else:
@@ -223,9 +264,19 @@ def _run(args, cmd: list[str]) -> None:
 # ---------------------------------------------------------------- report
 
 
-def load(out: Path, name: str) -> dict | None:
-    path = out / name
-    return json.loads(path.read_text()) if path.exists() else None
+def report_names(grid: Grid, runs: list[Run]) -> list[str]:
+    """The metrics files the report can show: the plan's, and every task, arm, fraction and layer it tabulates."""
+    names = [run.name for run in runs]
+    names += [f"{task}-{arm}-{fraction:g}-s{s}.json" for task in ("ner", "pos", "sst5") for arm in ARMS
+              for fraction in FRACTIONS for s in grid.seeds]
+    names += [f"probe-{probe}-layer{layer}.json" for probe in ("pos-ptb", "pos-ud", "wsd")
+              for layer in range(max(grid.num_layers, 3))]
+    return list(dict.fromkeys(names))
+
+
+def load_metrics(grid: Grid, runs: list[Run]) -> dict[str, dict]:
+    """The metrics files that exist, by name, each read once."""
+    return {name: json.loads((grid.out / name).read_text()) for name in report_names(grid, runs) if (grid.out / name).exists()}
 
 
 def main_score(m: dict, split: str = "test") -> float:
@@ -257,16 +308,16 @@ def paper_cells(task: str) -> tuple[str, str, str]:
     return f"{bench.baseline:.{d}f}", elmo, f"{bench.reduction:.1f}%"
 
 
-def scores(args, task: str, arm: str, fraction: float, split: str = "test") -> list[float]:
-    found = [load(args.out, f"{task}-{arm}-{fraction:g}-s{s}.json") for s in args.seeds]
+def scores(grid: Grid, metrics: dict, task: str, arm: str, fraction: float, split: str = "test") -> list[float]:
+    found = [metrics.get(f"{task}-{arm}-{fraction:g}-s{s}.json") for s in grid.seeds]
     return [main_score(m, split) for m in found if m]
 
 
-def paired_gain(args, task: str, fraction: float) -> tuple[float, int, int] | None:
+def paired_gain(grid: Grid, metrics: dict, task: str, fraction: float) -> tuple[float, int, int] | None:
     """Mean +ELMo minus static score over the seeds both arms have, how many seeds that is, and in
     how many of them +ELMo is ahead (a gain smaller than the seed-to-seed spread shows up here)."""
-    pairs = [(load(args.out, f"{task}-static-{fraction:g}-s{s}.json"), load(args.out, f"{task}-elmo-{fraction:g}-s{s}.json"))
-             for s in args.seeds]
+    pairs = [(metrics.get(f"{task}-static-{fraction:g}-s{s}.json"), metrics.get(f"{task}-elmo-{fraction:g}-s{s}.json"))
+             for s in grid.seeds]
     diffs = [main_score(e) - main_score(b) for b, e in pairs if b and e]
     return (statistics.mean(diffs), len(diffs), sum(d > 0 for d in diffs)) if diffs else None
 
@@ -286,10 +337,10 @@ TASK_WHY = {
     "pos": "POS tags are mostly decided by the word and its neighbours, which the tagger's own BiLSTM already sees.",
 }
 
-def model_facts(args) -> dict | None:
+def model_facts(grid: Grid) -> dict | None:
     """What docs/model-card.json measured of the bundled biLM the grid used; None for any other biLM."""
     card = REPO / "docs" / "model-card.json"
-    if args.options or args.elmo != "default" or not card.exists():
+    if grid.options or grid.elmo != "default" or not card.exists():
         return None
     c = json.loads(card.read_text())
     layers = {int(k): v for k, v in c["contextuality"]["layers"].items()}
@@ -335,23 +386,21 @@ def why_failed(name: str, facts: dict | None) -> str:
     }[name]
 
 
-def bar_verdicts(args, probe_rows: list) -> list[str]:
+def bar_verdicts(grid: Grid, metrics: dict, probe_rows: list, facts: dict | None) -> list[str]:
     """One line per bar of the issue: holds / does not hold / not measured yet, with its numbers.
 
     Gains are means over the seeds both arms have, so a seed present in one arm only cannot tilt them.
     """
-    facts = model_facts(args)
-
     def verdict(name: str, label: str, ok: bool | None, numbers: str, seeds: int = 0) -> str:
         state = "not measured yet" if ok is None else "**holds**" if ok else "**does not hold**"
-        if ok is not None and seeds < len(args.seeds) and seeds:
-            state += f" so far (provisional: {seeds} of {len(args.seeds)} seeds in some cells)"
+        if ok is not None and seeds < len(grid.seeds) and seeds:
+            state += f" so far (provisional: {seeds} of {len(grid.seeds)} seeds in some cells)"
         why = f" Why we think so: {why_failed(name, facts)}" if ok is False else ""
         return f"- {label}: {state}{' (' + numbers + ')' if numbers else ''}.{why}"
 
-    gains, seeds = {}, [len(args.seeds)]
+    gains, seeds = {}, [len(grid.seeds)]
     for task in ("ner", "pos", "sst5"):
-        found = paired_gain(args, task, 1.0)
+        found = paired_gain(grid, metrics, task, 1.0)
         if found:
             gains[task] = found
             seeds.append(found[1])
@@ -363,11 +412,11 @@ def bar_verdicts(args, probe_rows: list) -> list[str]:
                      "; ".join(f"{t} {describe_gain(g)}" for t, g in gains.items()) + (" so far" if 0 < len(gains) < 3 else ""),
                      min(seeds))]
     for task in behind:  # is the selection set of the same opinion? then it is not a test-set accident
-        dev = {arm: scores(args, task, arm, 1.0, split="dev") for arm in ("static", "elmo")}
+        dev = {arm: scores(grid, metrics, task, arm, 1.0, split="dev") for arm in ("static", "elmo")}
         lines[-1] += (f" {TASK_WHY[task]} On {task} the dev set, where epochs are chosen, agrees: static "
                       f"{statistics.mean(dev['static']):.2f}, +ELMo {statistics.mean(dev['elmo']):.2f} (mean over seeds).")
-    lines.append(ner_target_verdict(args, verdict))
-    low, full = paired_gain(args, "ner", FRACTIONS[0]), paired_gain(args, "ner", 1.0)
+    lines.append(ner_target_verdict(grid, metrics, verdict))
+    low, full = paired_gain(grid, metrics, "ner", FRACTIONS[0]), paired_gain(grid, metrics, "ner", 1.0)
     ok, numbers, counted = None, "", 0
     if low and full:
         ok, numbers = low[0] > full[0], f"gain at 1%: {describe_gain(low)}; at 100%: {describe_gain(full)} (F1)"
@@ -380,32 +429,33 @@ def bar_verdicts(args, probe_rows: list) -> list[str]:
     ok = None if len(pairs) < len(probes) else all(one > two for _, one, two in pairs)
     numbers = ", ".join(f"{p}: layer 1 {one:.2f}, layer 2 {two:.2f}" for p, one, two in pairs)
     lines.append(verdict("pos", "POS probe: layer 1 > layer 2", ok, numbers))
-    lines.append(wsd_target_verdict(args, score, verdict))
+    lines.append(wsd_target_verdict(metrics, score, verdict))
     return lines
 
 
 NER_TARGET = 10.0  # percent relative error reduction at 100% of the data, +ELMo ahead in every seed (#25)
 
 
-def ner_target_verdict(args, verdict) -> str:
+def ner_target_verdict(grid: Grid, metrics: dict, verdict) -> str:
     """The bundled model's NER bar: relative error reduction of the means at least NER_TARGET, and +ELMo
     ahead in every seed; when missed, by how much."""
-    base, elmo, gain = scores(args, "ner", "static", 1.0), scores(args, "ner", "elmo", 1.0), paired_gain(args, "ner", 1.0)
+    base, elmo = scores(grid, metrics, "ner", "static", 1.0), scores(grid, metrics, "ner", "elmo", 1.0)
+    gain = paired_gain(grid, metrics, "ner", 1.0)
     label = f"NER: relative error reduction at least {NER_TARGET:g}%, +ELMo ahead in every seed"
     if not (base and elmo and gain):
         return verdict("ner target", label, None, "")
     found = error_reduction(statistics.mean(base), statistics.mean(elmo))
-    ok = found >= NER_TARGET and gain[2] == gain[1] == len(args.seeds)
+    ok = found >= NER_TARGET and gain[2] == gain[1] == len(grid.seeds)
     short = "" if found >= NER_TARGET else f", {NER_TARGET - found:.1f} points short of the target"
     return verdict("ner target", label, ok, f"{found:.1f}%{short}; {describe_gain(gain)}", gain[1])
 
 
-def wsd_target_verdict(args, score: dict, verdict) -> str:
+def wsd_target_verdict(metrics: dict, score: dict, verdict) -> str:
     """The bundled model's WSD bar: layer 2 at least layer 1 and above WordNet's first sense; when missed,
     by how much."""
     label = "WSD probe: layer 2 at least layer 1 and above the WordNet first-sense baseline"
     top, below = score.get(("wsd", 2)), score.get(("wsd", 1))
-    probe = load(args.out, "probe-wsd-layer2.json")
+    probe = metrics.get("probe-wsd-layer2.json")
     if top is None or below is None or probe is None:
         return verdict("wsd", label, None, "")
     first = probe["first_sense_baseline"]
@@ -422,28 +472,28 @@ def static_fingerprint(path: Path) -> str:
     return f" (sha256 `{hash_file(path).hexdigest()[:16]}`)"
 
 
-def header_section(args, runs) -> list[str]:
-    done = {name for name, _ in runs if (args.out / name).exists()}
+def header_section(grid: Grid, metrics: dict, runs: list[Run]) -> list[str]:
+    done = [run.name for run in runs if run.name in metrics]
     return [
         "# Results: ELMo against a static-embedding baseline",
         "",
         "Generated by `scripts/run_results.py` from the metrics files it lists; cells stay empty until",
         "their runs exist. Numbers are test-set scores of the epoch chosen on dev (never on test),",
-        f"mean ± sample std over seeds {', '.join(map(str, args.seeds))}. Both arms use the same task",
+        f"mean ± sample std over seeds {', '.join(map(str, grid.seeds))}. Both arms use the same task",
         "model and the same word representation (frozen word2vec trained on `wiki_corpus`, the biLM's own",
         "corpus, plus a character CNN for OOV words); the ELMo arm adds a learned scalar mix of the frozen",
         "biLM's layers, so the only difference between the arms is context.",
         "",
-        f"biLM: `{args.elmo if not args.options else args.options}`; static vectors: `{args.static}`"
-        f"{static_fingerprint(args.static)}; {len(done)} of {len(runs)} runs present"
-        + (f", {sum(load(args.out, n).get('seconds', 0) for n in done) / 3600:.1f} h of wall-clock time "
+        f"biLM: `{grid.elmo if not grid.options else grid.options}`; static vectors: `{grid.static}`"
+        f"{static_fingerprint(grid.static)}; {len(done)} of {len(runs)} runs present"
+        + (f", {sum(metrics.get(n).get('seconds', 0) for n in done) / 3600:.1f} h of wall-clock time "
            "(the sum of the runs' own times)." if done else ".")
-        + (f" {args.conditions}" if args.conditions else ""),
+        + (f" {grid.conditions}" if grid.conditions else ""),
         "",
         "Reproduce (resumable: finished runs are skipped; start the same command N times and the N processes "
         "share the grid, each taking the next run nobody holds): "
-        f"`python scripts/run_results.py --elmo {args.elmo} --static {args.static} --out {args.out} "
-        f"--cache-dir {args.cache_dir}`; "
+        f"`python scripts/run_results.py --elmo {grid.elmo} --static {grid.static} --out {grid.out} "
+        f"--cache-dir {grid.cache_dir}`; "
         "`--render-only` rewrites this page from the metrics files.",
         "",
         "## Table 1: static baseline vs +ELMo",
@@ -453,17 +503,17 @@ def header_section(args, runs) -> list[str]:
     ]
 
 
-def table1_section(args) -> list[str]:
+def table1_section(grid: Grid, metrics: dict) -> list[str]:
     lines = []
     for task in ("ner", "pos", "sst5"):
-        b, e = scores(args, task, "static", 1.0), scores(args, task, "elmo", 1.0)
+        b, e = scores(grid, metrics, task, "static", 1.0), scores(grid, metrics, task, "elmo", 1.0)
         lines.append(f"| {TASK_NAMES[task]} | {' | '.join(paper_cells(task))} | {mean_std(b)} | "
                      f"{mean_std(e)} | {reduction(b, e)} |")
     return lines + ["", "The paper's baselines are different, stronger task models (and its biLM is far larger);",
                     "the comparison that matters here is the two arms of each row, and the direction of the gain.", ""]
 
 
-def low_resource_section(args) -> tuple[list[str], dict]:
+def low_resource_section(grid: Grid, metrics: dict) -> tuple[list[str], dict]:
     """The NER learning curve's table, and the scores per fraction for its figure."""
     lines = ["## Low-resource: NER with 1%, 10%, 100% of the training sentences", "",
               "The same random subset for both arms at a given seed. The paper shows this effect for SNLI and",
@@ -473,14 +523,14 @@ def low_resource_section(args) -> tuple[list[str], dict]:
               "| --- | --- | --- | --- | --- |"]
     curve = {}
     for fraction in FRACTIONS:
-        b, e = scores(args, "ner", "static", fraction), scores(args, "ner", "elmo", fraction)
+        b, e = scores(grid, metrics, "ner", "static", fraction), scores(grid, metrics, "ner", "elmo", fraction)
         curve[fraction] = (b, e)
         gain = f"{statistics.mean(e) - statistics.mean(b):+.2f}" if b and e else ""
         lines.append(f"| {fraction:.0%} | {mean_std(b)} | {mean_std(e)} | {gain} | {reduction(b, e)} |")
     return lines + ["", "![NER F1 against training data, both arms](results_lowres.png)", ""], curve
 
 
-def probe_section(args) -> tuple[list[str], list]:
+def probe_section(grid: Grid, metrics: dict) -> tuple[list[str], list]:
     """The one-layer probes' table, and (probe, layer, score) rows for the figure and the verdicts."""
     lines = ["## Layer analysis: one frozen biLM layer on its own", "",
               "POS: a linear classifier on the layer (epoch chosen on dev; CoNLL-2000 has no dev split, so the",
@@ -492,21 +542,21 @@ def probe_section(args) -> tuple[list[str], list]:
     for probe, label, key in (("pos-ptb", "POS, CoNLL-2000 (WSJ, PTB tags), accuracy", "accuracy"),
                               ("pos-ud", "POS, UD EWT (UPOS), accuracy", "accuracy"),
                               ("wsd", "WSD, Raganato ALL, F1", "f1")):
-        for layer in range(args.num_layers):
-            m = load(args.out, f"probe-{probe}-layer{layer}.json")
+        for layer in range(grid.num_layers):
+            m = metrics.get(f"probe-{probe}-layer{layer}.json")
             ours = f"{m['test'][key]:.1f}" if m else ""
             paper = f"{PROBES[(probe, layer)]:.1f}" if (probe, layer) in PROBES else "—"
             probe_rows.append((probe, layer, m["test"][key] if m else None))
             lines.append(f"| {label} | {layer} | {paper} | {ours} |")
-    wsd_any = next((load(args.out, f"probe-wsd-layer{k}.json") for k in range(args.num_layers)
-                    if load(args.out, f"probe-wsd-layer{k}.json")), None)
+    wsd_any = next((metrics.get(f"probe-wsd-layer{k}.json") for k in range(grid.num_layers)
+                    if metrics.get(f"probe-wsd-layer{k}.json")), None)
     return lines + ["", "WordNet first-sense baseline on ALL: paper 65.9; ours "
                     + (f"{wsd_any['first_sense_baseline']:.1f}" if wsd_any else "(computed by `elmo probe wsd`)")
                     + " (Raganato et al. 2017 publish 65.2 for this set; `tests/test_tasks_readers.py` checks our "
                     "scorer gives it).", "", "![Probe accuracy per layer](results_probes.png)", ""], probe_rows
 
 
-def layer_weights_section(args) -> tuple[list[str], dict]:
+def layer_weights_section(grid: Grid, metrics: dict) -> tuple[list[str], dict]:
     """The learned scalar mixes' table, and the mean weights per (task, where) for the figure."""
     lines = ["## Learned layer weights (softmax-normalised scalar mix, +ELMo arm, 100% data, mean over seeds)", "",
               "Paper (Figure 2 and its discussion): at the input the task models favour the first biLSTM layer;",
@@ -514,7 +564,7 @@ def layer_weights_section(args) -> tuple[list[str], dict]:
               "| task | mix | s_0 (token layer) | s_1 | s_2 | gamma |", "| --- | --- | --- | --- | --- | --- |"]
     weights = {}
     for task in ("ner", "pos", "sst5"):
-        found = [m for m in (load(args.out, f"{task}-elmo-1-s{s}.json") for s in args.seeds) if m]
+        found = [m for m in (metrics.get(f"{task}-elmo-1-s{s}.json") for s in grid.seeds) if m]
         for where in ("input", "output"):
             mixes = [m["scalar_mix"][where] for m in found if m["scalar_mix"][where]]
             if mixes:
@@ -527,32 +577,34 @@ def layer_weights_section(args) -> tuple[list[str], dict]:
     return lines + ["", "![Learned layer weights per task](results_layer_weights.png)", ""], weights
 
 
-def bars_section(args, probe_rows) -> list[str]:
+def bars_section(grid: Grid, metrics: dict, probe_rows: list) -> list[str]:
+    facts = model_facts(grid)
     return ["## The bars this is held to", "",
               "Each verdict is computed from the metrics files when the page is rendered; a gain is the mean over the seeds both arms have. "
               "A verdict says which way the means point, not that the difference is beyond chance: with three seeds, "
               "a gain smaller than the arms' std (the tables above) is within seed-to-seed noise, and \"ahead in k of n "
               "seeds\" says how consistent it is.", "",
-            *model_line(model_facts(args)), *bar_verdicts(args, probe_rows), ""]
+            *model_line(facts), *bar_verdicts(grid, metrics, probe_rows, facts), ""]
 
 
-def commands_section(args, runs) -> list[str]:
-    commands = ["elmo " + shlex.join(cmd + ["--out", str(args.out / name)]) for name, cmd in runs]
+def commands_section(grid: Grid, runs: list[Run]) -> list[str]:
+    commands = ["elmo " + shlex.join(run.command + ["--out", str(grid.out / run.name)]) for run in runs]
     return ["## Commands", "", "Every number above comes from the metrics file named in its command.", "",
-            "```", "elmo " + shlex.join(static_command(args)), *commands, "```", ""]
+            "```", "elmo " + shlex.join(static_command(grid)), *commands, "```", ""]
 
 
-def render(args, runs) -> tuple[str, dict]:
-    """results.md's text, and what its figures are drawn from (`main` draws them)."""
-    curve_lines, curve = low_resource_section(args)
-    probe_lines, probe_rows = probe_section(args)
-    weight_lines, weights = layer_weights_section(args)
-    lines = [*header_section(args, runs), *table1_section(args), *curve_lines, *probe_lines, *weight_lines,
-             *ptb_section(), *bars_section(args, probe_rows), *commands_section(args, runs)]
-    return "\n".join(lines), {"curve": curve, "probe_rows": probe_rows, "weights": weights}
+def render(grid: Grid, runs: list[Run], metrics: dict) -> tuple[str, dict]:
+    """results.md's text from the loaded metrics, and what its figures are drawn from (`main` draws them)."""
+    curve_lines, curve = low_resource_section(grid, metrics)
+    probe_lines, probe_rows = probe_section(grid, metrics)
+    weight_lines, weights = layer_weights_section(grid, metrics)
+    ptb = ptb_logs()
+    lines = [*header_section(grid, metrics, runs), *table1_section(grid, metrics), *curve_lines, *probe_lines,
+             *weight_lines, *ptb_section(ptb), *bars_section(grid, metrics, probe_rows), *commands_section(grid, runs)]
+    return "\n".join(lines), {"curve": curve, "probe_rows": probe_rows, "weights": weights, "ptb": ptb}
 
 
-def ptb_section() -> list[str]:
+def ptb_section(logs: list[list[dict]]) -> list[str]:
     """The PTB language-modelling benchmark, from the per-epoch logs `benchmarks/ptb_char_small.py` writes."""
     lines = ["## Language modelling: PTB perplexity (Kim et al. 2016's LSTM-Char-Small size)", "",
              "A biLM with LSTM-Char-Small's sizes (char CNN of 525 filters, widths 1-6, one highway layer feeding",
@@ -563,7 +615,7 @@ def ptb_section() -> list[str]:
              "share recipe, seed and data order and differ only in the initial weights: run 1 bilm-tf's (the default",
              "of `elmo train`), run 3 Kim et al.'s (`elmo train --weight-init kim`). One seed each; the test set is",
              "scored once per run, after its last epoch. docs/training.md has the comparisons that chose the recipe.", ""]
-    runs = [(what, log, command, ptb_records(log)) for _, what, log, command in PTB_RUNS]
+    runs = [(what, log, command, records) for (_, what, log, command), records in zip(PTB_RUNS, logs)]
     if not any(records for *_, records in runs):
         return lines + ["No epoch of the current run has finished yet.", "", "```", PTB_RUNS[0][3], "```", ""]
     for index, (what, _, _, records) in enumerate(runs):
@@ -643,6 +695,11 @@ def fit_curve(epochs: np.ndarray, values: np.ndarray, shape) -> tuple[float, np.
     return best
 
 
+def ptb_logs() -> list[list[dict]]:
+    """Each PTB run's records, read once for the section and its figure."""
+    return [ptb_records(log) for _, _, log, _ in PTB_RUNS]
+
+
 def ptb_records(log: Path) -> list[dict]:
     """A PTB run's per-epoch records; none if the log is not there."""
     return [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
@@ -682,7 +739,7 @@ def ptb_projection(records: list[dict]) -> list[str]:
             f"{PTB_TARGET} takes the learning-rate halvings to cut about {cuts[0]:.0f}-{cuts[1]:.0f}% from there.", ""]
 
 
-def ptb_plot(path: Path) -> None:
+def ptb_plot(path: Path, logs: list[list[dict]]) -> None:
     """Validation perplexity per epoch of each run, the target, the halvings, the test scores and
     (the target's run, unfinished) the lr-1 projections."""
     import matplotlib
@@ -691,8 +748,7 @@ def ptb_plot(path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     highest = 0.0
-    for index, ((short, _, log, _), color) in enumerate(zip(PTB_RUNS, ("tab:blue", "tab:orange", "tab:green"))):
-        records = ptb_records(log)
+    for index, ((short, *_), records, color) in enumerate(zip(PTB_RUNS, logs, ("tab:blue", "tab:orange", "tab:green"))):
         if not records:
             continue
         name = f"run {index + 1}, {short}"
@@ -720,13 +776,13 @@ def ptb_plot(path: Path) -> None:
     _save(fig, path, legend_size=7)
 
 
-def plots(args, curve, probe_rows, weights) -> None:
+def plots(grid: Grid, curve, probe_rows, weights) -> None:
     """The three figures; drawn (possibly empty) every time, so the report's images always exist."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    docs = args.docs
+    docs = grid.docs
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for arm, index, style in (("static", 0, "o--"), ("+ELMo", 1, "s-")):
         xs = [f for f in FRACTIONS if curve[f][index]]
@@ -746,7 +802,7 @@ def plots(args, curve, probe_rows, weights) -> None:
         pts = [(layer, v) for p, layer, v in probe_rows if p == probe and v is not None]
         if pts:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label)
-    ax.set_xticks(range(args.num_layers))
+    ax.set_xticks(range(grid.num_layers))
     ax.set_xlabel("biLM layer (0 = token layer)")
     ax.set_ylabel("test score")
     ax.set_title("What one layer knows")
@@ -756,7 +812,7 @@ def plots(args, curve, probe_rows, weights) -> None:
     width = 0.8 / max(len(weights), 1)
     for i, ((task, where), w) in enumerate(sorted(weights.items())):
         ax.bar([j + i * width for j in range(len(w))], w, width, label=f"{task} ({where})")
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(args.num_layers)], [f"layer {j}" for j in range(args.num_layers)])
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(grid.num_layers)], [f"layer {j}" for j in range(grid.num_layers)])
     ax.set_ylabel("softmax weight s_j")
     ax.set_ylim(0, max([0.6] + [1.3 * v for w in weights.values() for v in w]))
     ax.set_title("Learned layer weights")
@@ -777,7 +833,7 @@ def _save(fig, path: Path, legend_size=None) -> None:
     plt.close(fig)
 
 
-def parse_args(argv=None):
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--elmo", default="default", help="bundled biLM name or model directory (default: default)")
     p.add_argument("--options", type=Path, help="biLM options.json (with --weights, instead of --elmo)")
@@ -810,22 +866,29 @@ def parse_args(argv=None):
     p.add_argument("--in-process", action="store_true", help="run commands in this process (faster for tiny runs)")
     p.add_argument("--smoke", action="store_true",
                    help="tiny slices with the fixture biLM and tiny models: checks the pipeline, numbers mean nothing")
-    args = p.parse_args(argv)
-    args.train_args = {"all": ["--epochs", "15", "--patience", "3"], "ner": ["--num-layers", "2"]}
-    args.probe_args = []
-    args.low_resource = LOW_RESOURCE_SCHEDULE
-    args.static_args = ["--dim", "300", "--min-count", "5", "--epochs", "5"]
-    if args.smoke:
-        fixture = args.data.parent / "fixtures" / "allennlp-elmo"
-        args.options, args.weights = args.options or fixture / "options.json", args.weights or fixture / "lm_weights.hdf5"
-        args.limit = args.limit or 24
-        args.train_args = {"all": ["--epochs", "2", "--hidden", "8", "--char-filters", "4", "--batch-size", "8"]}
-        args.probe_args = ["--epochs", "2"]
-        args.low_resource = {}
-        args.static_args = ["--dim", "8", "--min-count", "1", "--epochs", "1", "--max-sentences", "200"]
-        if args.static == p.get_default("static"):
-            args.static = args.out / "w2v-smoke.bin"
-    return args
+    return p
+
+
+# The flags each run of the grid gets (`Grid`'s last four fields): the paper's recipe, and --smoke's tiny one.
+RECIPE = {"train_args": {"all": ["--epochs", "15", "--patience", "3"], "ner": ["--num-layers", "2"]}, "probe_args": (),
+          "low_resource": LOW_RESOURCE_SCHEDULE, "static_args": ("--dim", "300", "--min-count", "5", "--epochs", "5")}
+SMOKE_RECIPE = {"train_args": {"all": ["--epochs", "2", "--hidden", "8", "--char-filters", "4", "--batch-size", "8"]},
+                "probe_args": ("--epochs", "2"), "low_resource": {},
+                "static_args": ("--dim", "8", "--min-count", "1", "--epochs", "1", "--max-sentences", "200")}
+
+
+def parse_args(argv=None) -> Grid:
+    """The command line as a Grid; --smoke: the fixture biLM, 24 sentences per file and SMOKE_RECIPE."""
+    p = _parser()
+    a = vars(p.parse_args(argv))
+    a.update(SMOKE_RECIPE if a["smoke"] else RECIPE, seeds=tuple(a["seeds"]), tasks=tuple(a["tasks"]), arms=tuple(a["arms"]))
+    if a["smoke"]:
+        fixture = a["data"].parent / "fixtures" / "allennlp-elmo"
+        a["options"], a["weights"] = a["options"] or fixture / "options.json", a["weights"] or fixture / "lm_weights.hdf5"
+        a["limit"] = a["limit"] or 24
+        if a["static"] == p.get_default("static"):
+            a["static"] = a["out"] / "w2v-smoke.bin"
+    return Grid(**a)
 
 
 def runs_shown(report: Path) -> int:
@@ -847,36 +910,36 @@ def shard(text: str) -> tuple[int, int]:
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    for name in ("options", "weights", "data", "static", "out", "cache_dir", "docs"):
-        if getattr(args, name) is not None:
-            setattr(args, name, rel(getattr(args, name)))
+    grid = parse_args(argv)
+    paths = ("options", "weights", "data", "static", "out", "cache_dir", "docs")
+    grid = replace(grid, **{name: rel(getattr(grid, name)) for name in paths if getattr(grid, name) is not None})
     os.chdir(REPO)  # every command runs from the repo root, as its report shows it
-    runs = plan(args)
-    if not args.render_only:
-        run_grid(args, runs)
-    args.docs.mkdir(parents=True, exist_ok=True)
-    present = sum((args.out / name).exists() for name, _ in runs)
-    shown = runs_shown(args.docs / "results.md")
-    if present < shown and not args.force:
-        print(f"{args.docs / 'results.md'} shows {shown} runs but only {present} metrics files are under {args.out}; "
+    runs = plan(grid)
+    if not grid.render_only:
+        run_grid(grid, runs)
+    grid.docs.mkdir(parents=True, exist_ok=True)
+    metrics = load_metrics(grid, runs)
+    present = sum(run.name in metrics for run in runs)
+    shown = runs_shown(grid.docs / "results.md")
+    if present < shown and not grid.force:
+        print(f"{grid.docs / 'results.md'} shows {shown} runs but only {present} metrics files are under {grid.out}; "
               "not rewriting it (point --out at the metrics, or pass --force)", file=sys.stderr)
         return 2
-    text, figures = render(args, runs)
-    plots(args, figures["curve"], figures["probe_rows"], figures["weights"])
-    ptb_plot(args.docs / "results_ptb.png")
-    with atomic_path(args.docs / "results.md") as tmp:
+    text, figures = render(grid, runs, metrics)
+    plots(grid, figures["curve"], figures["probe_rows"], figures["weights"])
+    ptb_plot(grid.docs / "results_ptb.png", figures["ptb"])
+    with atomic_path(grid.docs / "results.md") as tmp:
         Path(tmp).write_text(text, encoding="utf-8")
-    write_lab_results(args)
-    print(f"wrote {args.docs / 'results.md'}")
+    write_lab_results(grid)
+    print(f"wrote {grid.docs / 'results.md'}")
     return 0
 
 
-def write_lab_results(args) -> None:
+def write_lab_results(grid: Grid) -> None:
     """docs/results.json: Table 1's numbers for `elmo lab` (panel 7), aggregated by the package
     (elmo.tasks.paper.aggregate_runs), so the lab never parses the Markdown back."""
-    with atomic_path(args.docs / "results.json") as tmp:
-        Path(tmp).write_text(json.dumps({"benchmarks": aggregate_runs(args.out)}, indent=1) + "\n", encoding="utf-8")
+    with atomic_path(grid.docs / "results.json") as tmp:
+        Path(tmp).write_text(json.dumps({"benchmarks": aggregate_runs(grid.out)}, indent=1) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -160,7 +160,7 @@ def test_ptb_section_reports_the_test_set_once_the_run_is_finished(tmp_path, mon
 
     write(earlier, 3, test_at=3)
     write(current, 2, test_at=2)  # a shorter run's own test score (an ablation's) is not the benchmark's
-    text = "\n".join(script.ptb_section())
+    text = "\n".join(script.ptb_section(script.ptb_logs()))
     run1, run2 = (line for line in text.splitlines() if line.startswith("**Run "))
     assert "Not finished**: 2 of 3 epochs after 2.0 h on cpu" in run1
     assert ("forward **95.0**, backward **93.0**, average 94.0 (82,430 tokens); target missed. "
@@ -168,19 +168,19 @@ def test_ptb_section_reports_the_test_set_once_the_run_is_finished(tmp_path, mon
     assert "| 3 |  |  | 1 | 120.0 / 118.0 |" in text and "cmd-ordered" in text and "cmd-stream" in text
 
     records = write(current, 3, test_at=3)
-    assert "average 94.0 (82,430 tokens); target missed" in "\n".join(script.ptb_section())
+    assert "average 94.0 (82,430 tokens); target missed" in "\n".join(script.ptb_section(script.ptb_logs()))
     records[-1]["test"]["forward"] = script.PTB_TARGET
     current.write_text("".join(json.dumps(r) + "\n" for r in records))
-    assert "; target met" in "\n".join(script.ptb_section())
+    assert "; target met" in "\n".join(script.ptb_section(script.ptb_logs()))
 
     records[1]["device"] = records[2]["device"] = "cuda"  # resumed on a GPU after epoch 1
     current.write_text("".join(json.dumps(r) + "\n" for r in records))
-    assert "Wall time 3.0 h on cpu (epoch 1), cuda (epochs 2-3)." in "\n".join(script.ptb_section())
+    assert "Wall time 3.0 h on cpu (epoch 1), cuda (epochs 2-3)." in "\n".join(script.ptb_section(script.ptb_logs()))
 
     records[-1]["valid_zero_state"] = {"forward": 140.04, "backward": 135.0, "average": 137.5, "tokens": 73760}
     current.write_text("".join(json.dumps(r) + "\n" for r in records))
     assert "Final validation 120.0 / 118.0 (every sentence from zero state: 140.0 / 135.0)." in "\n".join(
-        script.ptb_section())
+        script.ptb_section(script.ptb_logs()))
 
 
 def _write_grid_scores(out, ner_static, ner_elmo, wsd_layers, first_sense):
@@ -199,7 +199,7 @@ def test_bundled_model_targets_say_by_how_much_they_are_missed(tmp_path):
     script = _script()
     args = script.parse_args(["--out", str(tmp_path / "r")])
     rows = _write_grid_scores(args.out, [88.0, 88.2, 88.4], [89.5, 89.0, 88.3], [49.0, 60.5, 63.1], 65.2)
-    lines = script.bar_verdicts(args, rows)
+    lines = script.bar_verdicts(args, script.load_metrics(args, []), rows, script.model_facts(args))
     ner = next(x for x in lines if x.startswith("- NER: relative error reduction at least 10%"))
     # means 88.2 -> 88.93: 100 * 0.733 / 11.8 = 6.2%
     assert "**does not hold** (6.2%, 3.8 points short of the target; +0.73, ahead in 2 of 3 seeds)" in ner
@@ -208,7 +208,7 @@ def test_bundled_model_targets_say_by_how_much_they_are_missed(tmp_path):
     assert "**does not hold** (layer 2 63.1, layer 1 60.5, first sense 65.2: layer 2 2.1 under it)" in wsd
 
     rows = _write_grid_scores(args.out, [88.0, 88.2, 88.4], [90.0, 90.1, 89.9], [49.0, 66.0, 67.5], 65.2)
-    lines = script.bar_verdicts(args, rows)
+    lines = script.bar_verdicts(args, script.load_metrics(args, []), rows, script.model_facts(args))
     assert any(x.startswith("- NER: relative error reduction") and "**holds** (15.3%; +1.80, ahead in 3 of 3" in x
                for x in lines)
     assert any(x.startswith("- WSD probe: layer 2 at least") and "**holds**" in x and "2.3 above it" in x for x in lines)
