@@ -1,5 +1,5 @@
-"""The paper's published figures and the arithmetic on task results: one copy for the lab's panel 7
-and for scripts/run_results.py (docs/results.md), so neither keeps numbers of its own.
+"""The paper's published figures and the arithmetic on task results: one copy for the lab's panel 7,
+scripts/run_results.py (docs/results.md) and scripts/compare_runs.py, so none keeps numbers of its own.
 
 Figures: Peters et al. (2018), Table 1 (test; baseline and ELMo + baseline, with the standard deviation
 over seeds for the two tasks this project runs), Table 5 (WSD F1 by biLM layer) and Table 6 (PTB POS
@@ -84,3 +84,74 @@ def aggregate_runs(folder: Path) -> dict:
             entry["elmo_std"] = round(statistics.stdev(elmo), 2)
         out[name] = entry
     return out
+
+
+SPLITS = ("dev", "test")
+NOISE_RULE = ("beyond seed noise when every seed moves the same way and the mean paired difference exceeds the "
+              "larger arm's seed-to-seed standard deviation")
+
+
+@dataclass(frozen=True)
+class SeedRun:
+    """One `elmo task train` run: its seed and its main metric on dev and test."""
+
+    path: Path
+    seed: int
+    metric: str
+    scores: dict  # split -> score
+
+
+def read_seed_run(path: str | Path) -> SeedRun:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        metric = data["metric"]
+        return SeedRun(path, int(data["seed"]), metric, {split: float(data[split][metric]) for split in SPLITS})
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not a task metrics file with seed, metric and dev/test scores ({e})") from None
+
+
+def pair_by_seed(a: list[SeedRun], b: list[SeedRun]) -> list[tuple[SeedRun, SeedRun]]:
+    """Two arms' runs matched by seed; each arm must hold the same seeds, once each, and one metric."""
+    seeds_a, seeds_b = sorted(r.seed for r in a), sorted(r.seed for r in b)
+    if seeds_a != seeds_b or len(set(seeds_a)) != len(seeds_a):
+        raise ValueError(f"the arms must hold each seed once and the same seeds: {seeds_a} against {seeds_b}")
+    if len({r.metric for r in a + b}) != 1:
+        raise ValueError(f"the runs score different metrics: {sorted({r.metric for r in a + b})}")
+    by_seed = {r.seed: r for r in b}
+    return [(r, by_seed[r.seed]) for r in sorted(a, key=lambda r: r.seed)]
+
+
+def _spread(values: list[float]) -> float:
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def comparison_table(pairs: list[tuple[SeedRun, SeedRun]], names: tuple[str, str]) -> list[str]:
+    """Markdown rows: each run's dev and test score, then each arm's mean ± sample sd."""
+    metric = pairs[0][0].metric
+    lines = [f"| arm | seed | dev {metric} | test {metric} |", "|---|---:|---:|---:|"]
+    for k, name in enumerate(names):
+        runs = [pair[k] for pair in pairs]
+        lines += [f"| {name} | {r.seed} | {r.scores['dev']:.2f} | {r.scores['test']:.2f} |" for r in runs]
+        stats = [f"{statistics.mean(v):.2f} ± {_spread(v):.2f}" for v in ([r.scores[s] for r in runs] for s in SPLITS)]
+        lines.append(f"| {name} | mean ± sd | {stats[0]} | {stats[1]} |")
+    return lines
+
+
+def seed_noise_verdict(split: str, pairs: list[tuple[SeedRun, SeedRun]], names: tuple[str, str]) -> str:
+    """The second arm minus the first on `split`, per seed and on average, judged by NOISE_RULE."""
+    a = [ra.scores[split] for ra, _ in pairs]
+    b = [rb.scores[split] for _, rb in pairs]
+    diffs = [y - x for x, y in zip(a, b)]
+    mean_diff, noise = statistics.mean(diffs), max(_spread(a), _spread(b))
+    beyond = (all(d > 0 for d in diffs) or all(d < 0 for d in diffs)) and abs(mean_diff) > noise
+    return (f"{split}: {names[1]} minus {names[0]} = {mean_diff:+.2f} on average (per seed "
+            f"{', '.join(f'{d:+.2f}' for d in diffs)}); seed-to-seed spread up to {noise:.2f}: "
+            f"{'beyond' if beyond else 'within'} seed noise.")
+
+
+def compare_arms(files_a: list, files_b: list, names: tuple[str, str]) -> list[str]:
+    """The table, the rule and one verdict per split, for two arms' metrics files."""
+    pairs = pair_by_seed([read_seed_run(f) for f in files_a], [read_seed_run(f) for f in files_b])
+    return [*comparison_table(pairs, names), "", f"Rule: {NOISE_RULE}.", "",
+            *(f"- {seed_noise_verdict(split, pairs, names)}" for split in SPLITS)]
