@@ -35,7 +35,7 @@ from typing import NamedTuple
 import numpy as np
 
 from elmo.fileio import atomic_path, hash_file
-from elmo.tasks.paper import PROBES, TABLE1, TASK_BENCHMARK, aggregate_runs, error_reduction
+from elmo.tasks.paper import PROBES, TABLE1, TASK_BENCHMARK, aggregate_runs, compare_arms, error_reduction
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -101,6 +101,7 @@ class Grid:
     out: Path
     cache_dir: Path
     docs: Path
+    ner_arms: Path
     seeds: tuple[int, ...]
     tasks: tuple[str, ...]
     probes: bool
@@ -593,6 +594,50 @@ def commands_section(grid: Grid, runs: list[Run]) -> list[str]:
             "```", "elmo " + shlex.join(static_command(grid)), *commands, "```", ""]
 
 
+NER_ARM_COMMAND = ("elmo task train ner --train ../shared/data/conll2003/eng.train.gz --dev ../shared/data/conll2003/eng.testa.gz "
+                   "--test ../shared/data/conll2003/eng.testb.gz --elmo default {flags}--static ../runs/static/wiki-w2v300.bin "
+                   "--seed $s --cache-dir ../runs/cache --threads 1 --epochs 15 --patience 3 --num-layers 2 "
+                   "--out benchmarks/results/ner-arms/ner-elmo-{arm}-s$s.json")
+
+
+class ArmComparison(NamedTuple):
+    """Two arms of the NER +ELMo run that differ in one flag, their metrics files under --ner-arms."""
+
+    title: str
+    about: str
+    arms: tuple[str, str]  # file-name parts: ner-elmo-{arm}-s{seed}.json
+    flags: tuple[str, str]  # what each arm adds to NER_ARM_COMMAND
+
+
+ARM_COMPARISONS = (
+    ArmComparison("int8 against float32 biLM features (issue #49)",
+                  "The biLM's products in int8 (`--int8`, docs/performance.md#int8-on-cpu) against float32; "
+                  "the task model itself trains in float32 either way.",
+                  ("fp32", "int8"), ("", "--int8 ")),
+)
+
+
+def arm_comparisons_section(grid: Grid) -> list[str]:
+    """Paired NER arms (--ner-arms): one flag changed, the same static vectors and seeds."""
+    lines = ["## NER: one change at a time", "",
+             "The +ELMo NER run of Table 1 with one flag changed, 3 seeds per arm, both arms with the same",
+             "static vectors: `../runs/static/wiki-w2v300.bin` rebuilt on the machine of these runs (an AMD EPYC",
+             "with AVX-512) by the grid's `elmo static train` command; one gensim worker gives the same file on one",
+             "machine, but this one's differs from the grid's (sha256 `f63552321861b83a`), so these arms are not",
+             "compared with Table 1's runs. Metrics files: `benchmarks/results/ner-arms/`.", ""]
+    for comparison in ARM_COMPARISONS:
+        files = [[grid.ner_arms / f"ner-elmo-{arm}-s{s}.json" for s in grid.seeds] for arm in comparison.arms]
+        lines += [f"### {comparison.title}", "", comparison.about, ""]
+        if not all(f.is_file() for arm_files in files for f in arm_files):
+            lines += ["Not all runs are present yet.", ""]
+        else:
+            lines += [*compare_arms(files[0], files[1], comparison.arms), ""]
+        lines += ["```bash", *(f"for s in {' '.join(map(str, grid.seeds))}; do "
+                               f"{NER_ARM_COMMAND.format(flags=flags, arm=arm)}; done"
+                               for arm, flags in zip(comparison.arms, comparison.flags)), "```", ""]
+    return lines
+
+
 def render(grid: Grid, runs: list[Run], metrics: dict) -> tuple[str, dict]:
     """results.md's text from the loaded metrics, and what its figures are drawn from (`main` draws them)."""
     curve_lines, curve = low_resource_section(grid, metrics)
@@ -600,7 +645,7 @@ def render(grid: Grid, runs: list[Run], metrics: dict) -> tuple[str, dict]:
     weight_lines, weights = layer_weights_section(grid, metrics)
     ptb = ptb_logs()
     lines = [*header_section(grid, metrics, runs), *table1_section(grid, metrics), *curve_lines, *probe_lines,
-             *weight_lines, *ptb_section(ptb), *bars_section(grid, metrics, probe_rows), *commands_section(grid, runs)]
+             *weight_lines, *arm_comparisons_section(grid), *ptb_section(ptb), *bars_section(grid, metrics, probe_rows), *commands_section(grid, runs)]
     return "\n".join(lines), {"curve": curve, "probe_rows": probe_rows, "weights": weights, "ptb": ptb}
 
 
@@ -845,6 +890,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="metrics files (committed: docs/results.md renders from them; models and locks are not)")
     p.add_argument("--cache-dir", type=Path, default=REPO / "runs" / "cache")
     p.add_argument("--docs", type=Path, default=REPO / "docs")
+    p.add_argument("--ner-arms", type=Path, default=REPO / "benchmarks" / "results" / "ner-arms",
+                   help="metrics files of the paired NER arms (ARM_COMPARISONS), rendered, never run by this script")
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--tasks", nargs="*", default=["ner", "pos", "sst5"], choices=["ner", "pos", "sst5"])
     p.add_argument("--no-probes", dest="probes", action="store_false")
@@ -911,7 +958,7 @@ def shard(text: str) -> tuple[int, int]:
 
 def main(argv=None) -> int:
     grid = parse_args(argv)
-    paths = ("options", "weights", "data", "static", "out", "cache_dir", "docs")
+    paths = ("options", "weights", "data", "static", "out", "cache_dir", "docs", "ner_arms")
     grid = replace(grid, **{name: rel(getattr(grid, name)) for name in paths if getattr(grid, name) is not None})
     os.chdir(REPO)  # every command runs from the repo root, as its report shows it
     runs = plan(grid)

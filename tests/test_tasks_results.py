@@ -23,8 +23,11 @@ def _script():
 
 def test_skeleton_has_no_numbers_of_ours(tmp_path):
     script = _script()
-    assert script.main(["--render-only", "--out", str(tmp_path / "none"), "--docs", str(tmp_path / "docs")]) == 0
+    assert script.main(["--render-only", "--out", str(tmp_path / "none"), "--docs", str(tmp_path / "docs"),
+                        "--ner-arms", str(tmp_path / "none")]) == 0
     text = (tmp_path / "docs" / "results.md").read_text()
+    assert "### int8 against float32 biLM features (issue #49)\n\nThe biLM's products" in text
+    assert "Not all runs are present yet." in text
     table = next(line for line in text.splitlines() if line.startswith("| NER (CoNLL-2003"))
     # the paper's cells from elmo.tasks.paper (its reduction computed: the paper prints 21%), ours empty
     assert table.rstrip().endswith("| 90.15 | 92.22 ± 0.10 | 21.0% |  |  |  |")
@@ -214,3 +217,19 @@ def test_bundled_model_targets_say_by_how_much_they_are_missed(tmp_path):
     assert any(x.startswith("- WSD probe: layer 2 at least") and "**holds**" in x and "2.3 above it" in x for x in lines)
     targets = [x for x in lines if x.startswith(("- NER: relative error", "- WSD probe: layer 2 at least"))]
     assert len(targets) == 2 and not any("Why we think so" in x for x in targets)
+
+
+def test_paired_ner_arms_render_with_their_verdicts(tmp_path):
+    arms = tmp_path / "arms"
+    arms.mkdir()
+    for arm, base in (("fp32", 90.0), ("int8", 90.5)):
+        for seed in (1, 2, 3):
+            metrics = {"seed": seed, "metric": "f1", "dev": {"f1": base + seed / 10}, "test": {"f1": base - seed / 10}}
+            (arms / f"ner-elmo-{arm}-s{seed}.json").write_text(json.dumps(metrics))
+    script = _script()
+    assert script.main(["--render-only", "--out", str(tmp_path / "none"), "--docs", str(tmp_path / "docs"),
+                        "--ner-arms", str(arms)]) == 0
+    text = (tmp_path / "docs" / "results.md").read_text()
+    assert "| int8 | mean ± sd | 90.70 ± 0.10 | 90.30 ± 0.10 |" in text
+    assert "- dev: int8 minus fp32 = +0.50 on average (per seed +0.50, +0.50, +0.50)" in text
+    assert "--int8 --static ../runs/static/wiki-w2v300.bin" in text
