@@ -66,6 +66,19 @@ def need(path: Path) -> Path:
     return path
 
 
+def train_micro_run(root: Path, steps: int) -> tuple[Path, list[str]]:
+    """A `steps`-step training run of the MICRO_RUN biLM on bilm-tf's fixture text, in root/run (seconds);
+    -> the run folder and the train flags (for --resume and refusal tests)."""
+    from elmo.cli import main
+    data = need(BILM_TF / "train" / "data.txt")
+    (root / "micro.json").write_text(json.dumps(MICRO_RUN))
+    assert main(["vocab", str(data), "-o", str(root / "vocab.txt")]) == 0
+    flags = ["--train", str(data), "--vocab", str(root / "vocab.txt"), "--options", str(root / "micro.json"),
+             "--batch-size", "4", "--unroll-steps", "5", "--negatives", "8", "--threads", "1", "--no-progress"]
+    assert main(["train", *flags, "--out", str(root / "run"), "--max-steps", str(steps)]) == 0
+    return root / "run", flags
+
+
 def load_script(relative: str):
     """A script of the repo (benchmarks/, scripts/) imported as a module, to test its functions."""
     path = REPO / relative

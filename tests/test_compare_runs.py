@@ -40,5 +40,5 @@ def test_arms_with_different_seeds_are_refused(tmp_path):
 def test_a_file_that_is_not_a_metrics_file_is_named(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"seed": 1}')
-    with pytest.raises(SystemExit, match="bad.json: not a task metrics file"):
+    with pytest.raises(SystemExit, match=r"bad\.json: not a task metrics file"):
         compare_runs.main(["--a", "x", str(bad), "--b", "y", str(bad)])

@@ -346,7 +346,7 @@ def test_feature_cache_with_document_context(tmp_path, allennlp_dir, embedder, o
     for i, w in enumerate(want):
         np.testing.assert_allclose(in_context[i], w, atol=ATOL, rtol=0)
         np.testing.assert_allclose(plain[i], embedder.embed_sentence(sentences[i]), atol=ATOL, rtol=0)
-    with pytest.raises(InputError, match="plain.txt: --context document needs data marked in documents"):
+    with pytest.raises(InputError, match=r"plain\.txt: --context document needs data marked in documents"):
         document_ids(read_conll2003(write_lines(tmp_path / "plain.txt", CONLL.split("\n")[2:9])), "document",
                      str(tmp_path / "plain.txt"))
 

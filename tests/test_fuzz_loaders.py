@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import MICRO_RUN
 from test_reliability import MANYLANGS, tiny_task_model
 
 from elmo.errors import ElmoError
@@ -64,17 +63,12 @@ def fuzz(target: Path, load: Callable[[], object], count: int, seed: int) -> dic
 
 @pytest.fixture(scope="module")
 def micro_dir(tmp_path_factory):
-    from conftest import BILM_TF, need
+    from conftest import train_micro_run
 
     from elmo.cli import main
-    data = need(BILM_TF / "train" / "data.txt")
     root = tmp_path_factory.mktemp("fuzz")
-    (root / "micro.json").write_text(json.dumps(MICRO_RUN))
-    assert main(["vocab", str(data), "-o", str(root / "vocab.txt")]) == 0
-    assert main(["train", "--train", str(data), "--vocab", str(root / "vocab.txt"), "--options", str(root / "micro.json"),
-                 "--batch-size", "4", "--unroll-steps", "5", "--negatives", "8", "--threads", "1", "--no-progress",
-                 "--out", str(root / "run"), "--max-steps", "1"]) == 0
-    assert main(["export", str(root / "run"), "-o", str(root / "model")]) == 0
+    run, _ = train_micro_run(root, steps=1)
+    assert main(["export", str(run), "-o", str(root / "model")]) == 0
     return root
 
 

@@ -187,17 +187,8 @@ def test_json_is_plain(tmp_path):
 @pytest.fixture(scope="module")
 def micro_run(tmp_path_factory):
     """A two-step training run of a micro biLM (seconds): what export, resume and perplexity read."""
-    from conftest import BILM_TF, MICRO_RUN, need
-
-    from elmo.cli import main
-    data = need(BILM_TF / "train" / "data.txt")
-    root = tmp_path_factory.mktemp("micro")
-    (root / "micro.json").write_text(json.dumps(MICRO_RUN))
-    assert main(["vocab", str(data), "-o", str(root / "vocab.txt")]) == 0
-    flags = ["--train", str(data), "--vocab", str(root / "vocab.txt"), "--options", str(root / "micro.json"),
-             "--batch-size", "4", "--unroll-steps", "5", "--negatives", "8", "--threads", "1", "--no-progress"]
-    assert main(["train", *flags, "--out", str(root / "run"), "--max-steps", "2"]) == 0
-    return root / "run", flags
+    from conftest import train_micro_run
+    return train_micro_run(tmp_path_factory.mktemp("micro"), steps=2)
 
 
 def _refused(capsys, argv, *needles):
