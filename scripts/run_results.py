@@ -607,13 +607,17 @@ class ArmComparison(NamedTuple):
     about: str
     arms: tuple[str, str]  # file-name parts: ner-elmo-{arm}-s{seed}.json
     flags: tuple[str, str]  # what each arm adds to NER_ARM_COMMAND
+    conditions: str  # when the runs ran and what else shared the machine
 
 
 ARM_COMPARISONS = (
     ArmComparison("int8 against float32 biLM features (issue #49)",
                   "The biLM's products in int8 (`--int8`, docs/performance.md#int8-on-cpu) against float32; "
                   "the task model itself trains in float32 either way.",
-                  ("fp32", "int8"), ("", "--int8 ")),
+                  ("fp32", "int8"), ("", "--int8 "),
+                  "Run on 2026-12-06 from 02:58 to 03:55 UTC, the two arms side by side, one process of one thread "
+                  "pinned to each core, the seeds in turn; helper sessions' niced test suites shared the cores (F1 does "
+                  "not depend on the load; the runs' times do). Each run wrote under ../runs and was copied here."),
 )
 
 
@@ -627,7 +631,7 @@ def arm_comparisons_section(grid: Grid) -> list[str]:
              "compared with Table 1's runs. Metrics files: `benchmarks/results/ner-arms/`.", ""]
     for comparison in ARM_COMPARISONS:
         files = [[grid.ner_arms / f"ner-elmo-{arm}-s{s}.json" for s in grid.seeds] for arm in comparison.arms]
-        lines += [f"### {comparison.title}", "", comparison.about, ""]
+        lines += [f"### {comparison.title}", "", f"{comparison.about} {comparison.conditions}", ""]
         if not all(f.is_file() for arm_files in files for f in arm_files):
             lines += ["Not all runs are present yet.", ""]
         else:
