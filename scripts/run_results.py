@@ -595,7 +595,7 @@ def commands_section(grid: Grid, runs: list[Run]) -> list[str]:
 
 
 NER_ARM_COMMAND = ("elmo task train ner --train ../shared/data/conll2003/eng.train.gz --dev ../shared/data/conll2003/eng.testa.gz "
-                   "--test ../shared/data/conll2003/eng.testb.gz --elmo default {flags}--static ../runs/static/wiki-w2v300.bin "
+                   "--test ../shared/data/conll2003/eng.testb.gz --elmo {model} {flags}--static ../runs/static/wiki-w2v300.bin "
                    "--seed $s --cache-dir ../runs/cache --threads 1 --epochs 15 --patience 3 --num-layers 2 "
                    "--out benchmarks/results/ner-arms/ner-elmo-{arm}-s$s.json")
 
@@ -608,7 +608,10 @@ class ArmComparison(NamedTuple):
     arms: tuple[str, str]  # file-name parts: ner-elmo-{arm}-s{seed}.json
     flags: tuple[str, str]  # what each arm adds to NER_ARM_COMMAND
     conditions: str  # when the runs ran and what else shared the machine
+    model: str = "default"  # --elmo of both arms
 
+
+CONDITIONS_DOCUMENT_ARMS = "Not run yet."
 
 ARM_COMPARISONS = (
     ArmComparison("int8 against float32 biLM features (issue #49)",
@@ -618,6 +621,13 @@ ARM_COMPARISONS = (
                   "Run on 2026-12-06 from 02:58 to 03:55 UTC, the two arms side by side, one process of one thread "
                   "pinned to each core, the seeds in turn; helper sessions' niced test suites shared the cores (F1 does "
                   "not depend on the load; the runs' times do). Each run wrote under ../runs and was copied here."),
+    ArmComparison("Document against sentence context (issue #48)",
+                  "The biLM reads each CoNLL-2003 document (`-DOCSTART-` to `-DOCSTART-`) whole, the forward LM left to "
+                  "right and the backward LM right to left (`--context document`, docs/documents.md), against each "
+                  "sentence alone; both arms use the document-trained model (`../runs/doc-model`, exported from the "
+                  "reset-0.5 run of docs/documents.md), not the bundled default.",
+                  ("docmodel-sentence", "docmodel-document"), ("--context sentence ", "--context document "),
+                  CONDITIONS_DOCUMENT_ARMS, model="../runs/doc-model"),
 )
 
 
@@ -637,7 +647,7 @@ def arm_comparisons_section(grid: Grid) -> list[str]:
         else:
             lines += [*compare_arms(files[0], files[1], comparison.arms), ""]
         lines += ["```bash", *(f"for s in {' '.join(map(str, grid.seeds))}; do "
-                               f"{NER_ARM_COMMAND.format(flags=flags, arm=arm)}; done"
+                               f"{NER_ARM_COMMAND.format(model=comparison.model, flags=flags, arm=arm)}; done"
                                for arm, flags in zip(comparison.arms, comparison.flags)), "```", ""]
     return lines
 
