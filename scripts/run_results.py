@@ -611,7 +611,11 @@ class ArmComparison(NamedTuple):
     model: str = "default"  # --elmo of both arms
 
 
-CONDITIONS_DOCUMENT_ARMS = "Not run yet."
+CONDITIONS_DOCUMENT_ARMS = (
+    "Run on 2026-12-06 from 05:29 to 06:45 UTC, the document arm pinned to one core and the sentence arm to the other "
+    "(after the model's perplexity and sense checks), one process of one thread each, the seeds in turn; beside them, "
+    "niced, the checkpoint scoring of docs/documents.md (F1 does not depend on the load; the runs' times do). Each run "
+    "wrote under ../runs and was copied here.")
 
 ARM_COMPARISONS = (
     ArmComparison("int8 against float32 biLM features (issue #49)",
