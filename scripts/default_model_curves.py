@@ -78,6 +78,7 @@ def plot(records: list[dict], fits: dict, references: list[dict], out: Path) -> 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     modes = sorted({r["mode"] for r in records}, reverse=True)  # sentence first
@@ -90,9 +91,9 @@ def plot(records: list[dict], fits: dict, references: list[dict], out: Path) -> 
                 label = name if len(modes) == 1 else f"{name}, {mode} mode"
                 line, = ax.plot(*zip(*pts), styles[mode], color=color, label=label)
                 color = line.get_color()
-        for ref in references:
-            ax.axhline(ref["average"], color="grey", linestyle=styles[ref["mode"]][1:],
-                       label=f"{ref['reference']}, {ref['mode']} mode: {ref['average']:.2f}")
+    for ref in references:
+        ax.axhline(ref["average"], color="grey", linestyle=styles[ref["mode"]][1:],
+                   label=f"{ref['reference']}, {ref['mode']} mode: {ref['average']:.2f}")
         f = fits.get(name)
         if f:
             xs = np.geomspace(pts[0][0], f["budget_tokens"], 50)
@@ -101,6 +102,8 @@ def plot(records: list[dict], fits: dict, references: list[dict], out: Path) -> 
     ax.set(xscale="log", yscale="log", xlabel="training tokens per direction",
            ylabel="valid perplexity (avg of directions)" if len(modes) > 1 else
            "valid perplexity (avg of directions, zero state)")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
