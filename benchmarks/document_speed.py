@@ -50,7 +50,8 @@ def measure(model: str, threads: int, passes: int, sentence_batch: int, document
     from speed import gemm_flops
 
     torch.set_num_threads(threads)
-    embedder = Embedder.from_model(model)
+    resolved = resolve(model)
+    embedder = Embedder(resolved.load())
     documents = documents_of(TEST)
     sentences = [s for d in documents for s in d]
     tokens = sum(map(len, sentences))
@@ -65,7 +66,7 @@ def measure(model: str, threads: int, passes: int, sentence_batch: int, document
             if index:
                 times[mode].append(time.perf_counter() - start)
     limit = gemm_flops(threads)
-    flops = forward_flops_per_token(json.loads(resolve(model).original_files().options_file.read_text()))
+    flops = forward_flops_per_token(json.loads(resolved.original_files().options_file.read_text()))
     result = {"threads": threads, "documents": len(documents), "sentences": len(sentences), "tokens": tokens,
               "gemm_flops": limit}
     for mode, seconds in times.items():
