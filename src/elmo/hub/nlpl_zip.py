@@ -1,0 +1,52 @@
+"""A local model zip (an NLPL download, `--model 210.zip`) unpacked once into the cache, checked like any archive.
+
+The copy lives in `$ELMO_CACHE/local/<key>/extracted`, keyed by the zip's resolved path, size and
+modification time (elmo.nlpl.zip_key), so a replaced zip is unpacked again and the original is
+never touched. The model is the folder at the top of the archive or the one folder below it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from filelock import FileLock
+
+from ..errors import ModelFileError
+from ..nlpl import is_nlpl_dir, zip_key
+from .archives import extract_archive
+from .cache import cache_root
+
+LOCAL_DIR = "local"
+
+
+def unpacked_zip(path: str | os.PathLike) -> Path:
+    """The folder holding the model of the local zip at `path`, unpacked on first use."""
+    folder = cache_root() / LOCAL_DIR / hashlib.sha256(zip_key(path).encode("utf-8")).hexdigest()[:32]
+    extracted = folder / "extracted"
+    if not extracted.is_dir():
+        folder.mkdir(parents=True, exist_ok=True)
+        with FileLock(folder / ".lock"):
+            if not extracted.is_dir():
+                extract_archive(path, extracted)
+    return model_folder(extracted, os.fspath(path))
+
+
+def model_folder(extracted: Path, source: str) -> Path:
+    """`extracted` itself when the model files are at the archive's top, else its one subfolder."""
+    if _holds_model(extracted):
+        return extracted
+    below = [d for d in sorted(extracted.iterdir()) if d.is_dir() and _holds_model(d)]
+    if len(below) == 1:
+        return below[0]
+    raise ModelFileError(f"{source}: expected options.json with model.hdf5 (or weights.hdf5) at the top of the zip "
+                         f"or in one folder; found {'several such folders' if below else 'none'} "
+                         f"(unpacked in {extracted})")
+
+
+def _holds_model(folder: Path) -> bool:
+    from ..manylangs import is_manylangs_dir
+
+    return is_nlpl_dir(folder) or (folder / "weights.hdf5").is_file() and (folder / "options.json").is_file() \
+        or is_manylangs_dir(folder)

@@ -1,0 +1,100 @@
+"""Models from the NLPL vector repository (vectors.nlpl.eu/repository), in bilm-tf's format as published.
+
+An NLPL ELMo download is a zip of options.json + model.hdf5, often with vocab.txt (the LM's
+vocabulary, not needed for vectors) and meta.json (the repository's record: corpus, language,
+lemmatization, ...). simple_elmo also takes a folder whose one .hdf5 file has another name. Their
+options.json may say `n_characters: 261` (bilm-tf's training value): the weights are the same, and
+this package reads both 261 and 262. Nothing here reads a weight; `elmo.models.resolve` turns these
+files into a model.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ModelFileError
+from .fileio import read_json
+
+OPTIONS_NAME = "options.json"
+NLPL_WEIGHTS = "model.hdf5"  # the weights' name in an NLPL zip
+ORIGINAL_WEIGHTS = "weights.hdf5"  # a folder with this name is in the original layout, not this one
+NOT_WEIGHTS = ("softmax.hdf5",)  # other .hdf5 files a model folder may hold
+VOCAB_NAMES = ("vocab.txt",)
+META_NAME = "meta.json"
+
+
+@dataclass(frozen=True)
+class NLPLFiles:
+    """An NLPL-shaped model folder: its options, its weights, and the optional vocabulary and meta.json."""
+
+    options_file: Path
+    weight_file: Path
+    vocab_file: Path | None = None
+    meta_file: Path | None = None
+
+
+def nlpl_files(directory: str | os.PathLike) -> NLPLFiles | None:
+    """The files of an NLPL-shaped folder (options.json beside model.hdf5, or beside its one .hdf5 file);
+    None for any other folder. Several candidate .hdf5 files are refused, naming them."""
+    d = Path(directory)
+    if not d.is_dir() or not (d / OPTIONS_NAME).is_file() or (d / ORIGINAL_WEIGHTS).is_file():
+        return None
+    weights = d / NLPL_WEIGHTS
+    if not weights.is_file():
+        candidates = sorted(p for p in d.glob("*.hdf5") if p.is_file() and p.name not in NOT_WEIGHTS)
+        if not candidates:
+            return None
+        if len(candidates) > 1:
+            raise ModelFileError(f"{d}: {OPTIONS_NAME} beside {len(candidates)} .hdf5 files "
+                                 f"({', '.join(p.name for p in candidates)}); which holds the weights? Name it "
+                                 f"{NLPL_WEIGHTS} (or {ORIGINAL_WEIGHTS})")
+        weights = candidates[0]
+    vocab = next((d / n for n in VOCAB_NAMES if (d / n).is_file()), None)
+    meta = d / META_NAME if (d / META_NAME).is_file() else None
+    return NLPLFiles(d / OPTIONS_NAME, weights, vocab, meta)
+
+
+def is_nlpl_dir(directory: str | os.PathLike) -> bool:
+    return nlpl_files(directory) is not None
+
+
+def is_model_zip(path: str | os.PathLike) -> bool:
+    """A local .zip file (NLPL's downloads), by name and by its first bytes."""
+    p = Path(path)
+    return p.suffix.lower() == ".zip" and p.is_file() and zipfile.is_zipfile(p)
+
+
+def zip_key(path: str | os.PathLike) -> str:
+    """What names a local zip's unpacked copy: its resolved path, size and modification time, so a
+    replaced file is unpacked again."""
+    p = Path(path).resolve()
+    stat = p.stat()
+    return f"{p}\0{stat.st_size}\0{stat.st_mtime_ns}"
+
+
+def meta_facts(meta_file: str | os.PathLike) -> dict[str, str]:
+    """meta.json's facts worth showing, as short strings: the repository id, the algorithm, and the
+    corpus' description, language, lemmatization and size (NLPL nests the corpus as a list of records;
+    the first is shown). Keys it does not have are left out; a file that is not JSON is an error."""
+    meta = read_json(os.fspath(meta_file), "meta.json")
+    if not isinstance(meta, dict):
+        raise ModelFileError(f"{os.fspath(meta_file)}: expected a JSON object, found {type(meta).__name__}")
+    facts = {key: str(meta[key]) for key in ("id", "handle", "dimensions") if _scalar(meta.get(key))}
+    algorithm = meta.get("algorithm")
+    if isinstance(algorithm, dict) and _scalar(algorithm.get("name")):
+        facts["algorithm"] = str(algorithm["name"])
+    corpora = meta.get("corpus")
+    corpus = corpora[0] if isinstance(corpora, list) and corpora else corpora
+    if isinstance(corpus, dict):
+        for key, shown in (("description", "corpus"), ("language", "language"), ("lemmatized", "lemmatized"),
+                           ("tokens", "tokens")):
+            if _scalar(corpus.get(key)):
+                facts[shown] = str(corpus[key])
+    return facts
+
+
+def _scalar(value: object) -> bool:
+    return value is not None and not isinstance(value, (dict, list))

@@ -1,0 +1,163 @@
+"""NLPL-shaped models (options.json + model.hdf5, vocab.txt and meta.json optional, n_characters 261 or 262),
+as folders and zips built from the shared fixtures, through every entry point that takes a model reference."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import zipfile
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+import elmo
+from elmo.cli import main as cli_main
+from elmo.errors import ModelFileError
+from elmo.nlpl import is_model_zip, meta_facts, nlpl_files
+from elmo.simple_elmo import ElmoModel
+
+META = {"id": 210, "handle": "http://vectors.nlpl.eu/repository/20/210.zip", "dimensions": 32,
+        "algorithm": {"name": "ELMo", "id": 9},
+        "corpus": [{"description": "A tiny test corpus", "language": "nor", "lemmatized": True, "tokens": 1234}]}
+SENTENCES = [["The", "bank", "raised", "rates", "."], ["Hei", "på", "deg"], ["•"]]
+
+
+def nlpl_dir(root: Path, fixture: Path, n_characters: int = 262, vocab: bool = True, meta: bool = True,
+             weights_name: str = "model.hdf5") -> Path:
+    """A folder laid out as an NLPL download, from a fixture model."""
+    root.mkdir(parents=True)
+    options = json.loads((fixture / "options.json").read_text())
+    options["char_cnn"]["n_characters"] = n_characters
+    (root / "options.json").write_text(json.dumps(options))
+    shutil.copy(fixture / "lm_weights.hdf5", root / weights_name)
+    if vocab:
+        shutil.copy(fixture / "vocab_test.txt", root / "vocab.txt")
+    if meta:
+        (root / "meta.json").write_text(json.dumps(META))
+    return root
+
+
+def zipped(folder: Path, into_subfolder: bool = False) -> Path:
+    archive = folder.with_suffix(".zip")
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
+        for path in sorted(folder.iterdir()):
+            z.write(path, f"{folder.name}/{path.name}" if into_subfolder else path.name)
+    return archive
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ELMO_CACHE", str(tmp_path / "elmo-cache"))
+    monkeypatch.setenv("ELMO_OFFLINE", "1")
+    return tmp_path / "elmo-cache"
+
+
+@pytest.fixture(scope="module")
+def expected(allennlp_dir):
+    """The fixture model's vectors, loaded from its own files."""
+    embedder = elmo.Embedder.from_files(allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5")
+    return list(embedder.embed_sentences(SENTENCES))
+
+
+def test_folder_layouts_are_recognised(tmp_path, allennlp_dir):
+    d = nlpl_dir(tmp_path / "210", allennlp_dir)
+    files = nlpl_files(d)
+    assert (files.weight_file.name, files.vocab_file.name, files.meta_file.name) == ("model.hdf5", "vocab.txt",
+                                                                                      "meta.json")
+    bare = nlpl_dir(tmp_path / "bare", allennlp_dir, vocab=False, meta=False, weights_name="elmo_weights.hdf5")
+    files = nlpl_files(bare)
+    assert files.weight_file.name == "elmo_weights.hdf5" and files.vocab_file is None and files.meta_file is None
+    shutil.copy(bare / "elmo_weights.hdf5", bare / "other.hdf5")
+    with pytest.raises(ModelFileError, match="2 .hdf5 files.*elmo_weights.hdf5, other.hdf5"):
+        nlpl_files(bare)
+    original = tmp_path / "original"
+    original.mkdir()
+    shutil.copy(allennlp_dir / "options.json", original / "options.json")
+    shutil.copy(allennlp_dir / "lm_weights.hdf5", original / "weights.hdf5")
+    assert nlpl_files(original) is None and nlpl_files(tmp_path / "missing") is None
+    assert is_model_zip(zipped(d)) and not is_model_zip(d / "options.json")
+
+
+def test_meta_facts(tmp_path, allennlp_dir):
+    facts = meta_facts(nlpl_dir(tmp_path / "m", allennlp_dir) / "meta.json")
+    assert facts == {"id": "210", "handle": META["handle"], "dimensions": "32", "algorithm": "ELMo",
+                     "corpus": "A tiny test corpus", "language": "nor", "lemmatized": "True", "tokens": "1234"}
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(ModelFileError, match="bad.json: expected a JSON object"):
+        meta_facts(tmp_path / "bad.json")
+
+
+def nlpl_variants(root: Path, fixture: Path) -> list[Path]:
+    """Folders and zips, 261 and 262, with and without vocab.txt (the zip of one in a subfolder)."""
+    found = []
+    for n in (261, 262):
+        for vocab in (True, False):
+            d = nlpl_dir(root / f"m{n}-{int(vocab)}", fixture, n_characters=n, vocab=vocab, meta=vocab)
+            found += [d, zipped(d, into_subfolder=not vocab)]
+    return found
+
+
+def assert_same(arrays, expected):
+    assert len(arrays) == len(expected)
+    for got, want in zip(arrays, expected):
+        np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+@pytest.mark.skip(reason="#58 item 3: NLPL references reach resolve() after #54 item 1 lands (one resolver)")
+def test_every_entry_point(tmp_path, allennlp_dir, expected, cache, one_thread):
+    for ref in nlpl_variants(tmp_path / "models", allennlp_dir):
+        assert_same(list(elmo.Embedder.from_model(str(ref)).embed_sentences(SENTENCES)), expected)
+        bilm = elmo.models.resolve(str(ref)).load()
+        with torch.no_grad():
+            out = bilm(elmo.batch_to_ids(SENTENCES[:1]))
+        np.testing.assert_allclose(out.layers[2][0, 1:-1].numpy(), expected[0][2], atol=1e-6)
+        module = elmo.Elmo.from_pretrained(str(ref), num_output_representations=1, dropout=0.0)
+        assert module(elmo.batch_to_ids(SENTENCES))["elmo_representations"][0].shape == (3, 5, 32)
+        vectors = ElmoModel()
+        vectors.load(str(ref))
+        all_layers = vectors.get_elmo_vectors(SENTENCES, layers="all")
+        for row, want in enumerate(expected):
+            np.testing.assert_allclose(all_layers[row, :, : want.shape[1]], want, atol=1e-6)
+
+
+@pytest.mark.skip(reason="#58 item 3: NLPL references reach resolve() after #54 item 1 lands (one resolver)")
+@pytest.mark.parametrize("kind", ["folder", "zip"])
+def test_elmo_embed_model(tmp_path, allennlp_dir, expected, cache, kind, one_thread):
+    d = nlpl_dir(tmp_path / "m", allennlp_dir, n_characters=261, vocab=False)
+    ref = d if kind == "folder" else zipped(d)
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(" ".join(s) for s in SENTENCES) + "\n", encoding="utf-8")
+    out = tmp_path / "out.hdf5"
+    assert cli_main(["embed", str(src), str(out), "--model", str(ref)]) == 0
+    with h5py.File(out, "r") as f:
+        assert_same([f[str(i)][...] for i in range(3)], expected)
+
+
+def test_a_zip_is_unpacked_once_and_again_when_replaced(tmp_path, allennlp_dir, cache):
+    from elmo.hub.nlpl_zip import unpacked_zip
+
+    archive = zipped(nlpl_dir(tmp_path / "z", allennlp_dir))
+    first = unpacked_zip(archive)
+    assert first.is_dir() and (first / "model.hdf5").is_file() and cache in first.parents
+    assert unpacked_zip(archive) == first
+    with zipfile.ZipFile(archive, "a") as z:
+        z.writestr("README.txt", "changed")
+    assert unpacked_zip(archive) != first
+
+
+def test_a_zip_without_a_model_is_refused(tmp_path, cache):
+    from elmo.hub.nlpl_zip import unpacked_zip
+
+    archive = tmp_path / "empty.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("notes.txt", "no model here")
+    with pytest.raises(ModelFileError, match="empty.zip: expected options.json"):
+        unpacked_zip(archive)
+    evil = tmp_path / "evil.zip"
+    with zipfile.ZipFile(evil, "w") as z:
+        z.writestr("../options.json", "{}")
+    with pytest.raises(ModelFileError, match="outside"):
+        unpacked_zip(evil)
