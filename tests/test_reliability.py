@@ -492,3 +492,130 @@ def test_a_damaged_lab_cache_is_rebuilt(tmp_path):
         cache.write_bytes(damaged)
         again = build_reference(bilm, None, cache_dir=tmp_path, log=lambda m: None)
         assert again.layers.shape == first.layers.shape
+
+
+# =================================================================================================================
+# Issue #56, the third round (docs/reliability.md, cases 7.x and on)
+# ---- #56.9 model files read only themselves --------------------------------------------------------------------
+
+def micro_model(folder: Path) -> tuple[Path, Path]:
+    """options.json + weights.hdf5 of the tests' micro biLM (random weights), written by save_bilm."""
+    from conftest import MICRO
+
+    from elmo.bilm import BiLM
+    from elmo.options import BiLMConfig
+    from elmo.weights import save_bilm
+
+    torch.manual_seed(0)
+    options, weights = folder / "options.json", folder / "weights.hdf5"
+    save_bilm(BiLM(BiLMConfig.from_options(MICRO)), options, weights)
+    return options, weights
+
+
+SECRET = b"root:x:0:0:root:/root:/bin/bash\n" * 8
+
+
+def borrow_data(h5: Path, name: str, kind: str, elsewhere: Path) -> None:
+    """Replace dataset `name` of `h5` by one whose bytes come from `elsewhere` (the HDF5 feature `kind`)."""
+    import h5py
+    import numpy as np
+
+    with h5py.File(h5, "a") as f:
+        shape, dtype = f[name].shape, f[name].dtype
+        del f[name]
+        if kind == "external storage":
+            elsewhere.write_bytes(SECRET * (1 + int(np.prod(shape)) * dtype.itemsize // len(SECRET)))
+            f.create_dataset(name, shape=shape, dtype=dtype, external=[(str(elsewhere), 0, h5py.h5f.UNLIMITED)])
+            return
+        with h5py.File(elsewhere, "w") as other:
+            other.create_dataset("data", data=np.frombuffer(SECRET * 64, dtype=dtype)[: int(np.prod(shape))].reshape(shape))
+        if kind == "external link":
+            f[name] = h5py.ExternalLink(str(elsewhere), "data")
+        else:
+            layout = h5py.VirtualLayout(shape=shape, dtype=dtype)
+            layout[...] = h5py.VirtualSource(str(elsewhere), "data", shape=shape)
+            f.create_virtual_dataset(name, layout)
+
+
+BORROWED = {"external storage": "external storage", "external link": "external link", "virtual dataset": "virtual dataset"}
+
+
+@pytest.mark.parametrize("kind", list(BORROWED))
+def test_weights_that_read_another_file_are_refused(tmp_path, kind):
+    from elmo.weights import load_bilm
+
+    options, weights = micro_model(tmp_path)
+    borrow_data(weights, "CNN/b_cnn_0", kind, tmp_path / "passwd")
+    with pytest.raises(ModelFileError, match=f"weights.hdf5: .*{BORROWED[kind]}.*refused") as e:
+        load_bilm(options, weights)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("kind", list(BORROWED))
+def test_softmax_that_reads_another_file_is_refused(tmp_path, kind):
+    import h5py
+    import numpy as np
+
+    from elmo.training.softmax import load_softmax
+
+    path = tmp_path / "softmax.hdf5"
+    with h5py.File(path, "w") as f:
+        f["W"], f["b"] = np.zeros((4, 2), np.float32), np.zeros(4, np.float32)
+    borrow_data(path, "b", kind, tmp_path / "passwd")
+    with pytest.raises(ModelFileError, match=f"softmax.hdf5: .*{BORROWED[kind]}"):
+        load_softmax(path, 4, 2)
+
+
+@pytest.mark.parametrize("kind", list(BORROWED))
+def test_feature_and_part_files_that_read_another_file_are_refused(tmp_path, kind):
+    import h5py
+    import numpy as np
+
+    from elmo.errors import InputError
+    from elmo.tasks.features import FeatureCache
+
+    path = tmp_path / "cache.hdf5"
+    with h5py.File(path, "w") as f:
+        f["0"] = np.zeros((3, 2, 4), np.float32)
+    borrow_data(path, "0", kind, tmp_path / "passwd")
+    with pytest.raises(InputError, match=BORROWED[kind]):
+        FeatureCache(path, [2])
+
+
+def test_an_external_link_in_a_subgroup_is_found(tmp_path):
+    from elmo.weights import load_bilm
+
+    options, weights = micro_model(tmp_path)
+    borrow_data(weights, "RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/B", "external link", tmp_path / "other.h5")
+    with pytest.raises(ModelFileError, match="'RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/B' is an HDF5 external link"):
+        load_bilm(options, weights)
+
+
+def test_shapes_are_compared_before_the_model_is_allocated(tmp_path, monkeypatch):
+    """1.5e9 parameters in options.json with a micro weight file: refused, and no real BiLM was built."""
+    import elmo.weights as weights_module
+
+    options, weights = micro_model(tmp_path)
+    raw = json.loads(options.read_text())
+    raw["lstm"].update(dim=40_000, projection_dim=1000)
+    options.write_text(json.dumps(raw))
+    built = []
+    real = weights_module.BiLM
+    monkeypatch.setattr(weights_module, "BiLM", lambda *a, **k: built.append(torch.empty(0).device) or real(*a, **k))
+    with pytest.raises(ModelFileError, match="weights.hdf5: dataset '.*' has shape .* expected .* from the options"):
+        weights_module.load_bilm(options, weights)
+    assert built and all(d.type == "meta" for d in built)
+
+
+@pytest.mark.parametrize("section,key,value", [("lstm", "dim", 10**400), ("lstm", "n_layers", 2**40),
+                                               ("char_cnn", "n_highway", 10**400), ("char_cnn", "filters", [[1, 10**400]])])
+def test_absurd_numbers_in_options_are_one_line(tmp_path, section, key, value):
+    from elmo.options import read_options
+
+    options, _ = micro_model(tmp_path)
+    raw = json.loads(options.read_text())
+    raw[section][key] = value
+    options.write_text(json.dumps(raw))
+    with pytest.raises(ModelFileError, match=f"options.json: 'char_cnn.{key}|lstm.{key}' must be") as e:
+        read_options(options)
+    assert len(str(e.value)) < 300

@@ -38,6 +38,7 @@ from .embed_file import OutputSpec, check_input, check_output, check_sentence_ke
 from .embedder import Embedder, check_batch_size
 from .errors import ElmoError, InputError, OutputError
 from .fileio import hash_file, hdf5_output, iter_lines
+from .hdf5_files import open_hdf5
 from .weights import model_fingerprint
 
 PART_ATTR = "elmo_part"
@@ -256,7 +257,7 @@ def part_is_done(plan: Plan, block: int) -> bool:
     if not os.path.exists(path):
         return False
     try:
-        with h5py.File(path, "r") as f:
+        with open_hdf5(path, "part file of `elmo embed`", InputError) as f:  # nothing read from other files
             found = json.loads(f.attrs[PART_ATTR])
     except (OSError, KeyError, ValueError, TypeError) as e:
         raise InputError(f"{path}: not a part file of `elmo embed` ({e}); remove it, or pass --overwrite "

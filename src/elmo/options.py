@@ -110,8 +110,8 @@ class BiLMConfig:
             value = sec.get(key, default)
             if value is ...:
                 raise fail(f"missing key '{where}.{key}'")
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise fail(f"'{where}.{key}' must be a positive integer, found {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**31:  # 10**400 too
+                raise fail(f"'{where}.{key}' must be a positive integer below 2**31, found {repr(value)[:40]}")
             return value
 
         def clip(sec: dict, key: str) -> float | None:
@@ -134,9 +134,9 @@ class BiLMConfig:
             not isinstance(filters, list)
             or not filters
             or not all(isinstance(f, (list, tuple)) and len(f) == 2 for f in filters)
-            or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for f in filters for x in f)
+            or not all(isinstance(x, int) and not isinstance(x, bool) and 0 < x < 2**31 for f in filters for x in f)
         ):
-            raise fail(f"'char_cnn.filters' must be a non-empty list of [width, count] pairs, found {filters!r}")
+            raise fail(f"'char_cnn.filters' must be a non-empty list of [width, count] pairs, found {repr(filters)[:80]}")
         max_chars = positive_int(cnn, "max_characters_per_token", "char_cnn", MAX_CHARS)
         if max_chars != MAX_CHARS:
             raise fail(f"'char_cnn.max_characters_per_token' must be {MAX_CHARS}, found {max_chars}")
@@ -150,8 +150,8 @@ class BiLMConfig:
         if n_characters not in (261, 262):
             raise fail(f"'char_cnn.n_characters' must be 261 or 262, found {n_characters!r}")
         n_highway = cnn.get("n_highway") or 0
-        if isinstance(n_highway, bool) or not isinstance(n_highway, int) or n_highway < 0:
-            raise fail(f"'char_cnn.n_highway' must be a non-negative integer, found {n_highway!r}")
+        if isinstance(n_highway, bool) or not isinstance(n_highway, int) or not 0 <= n_highway < 2**31:
+            raise fail(f"'char_cnn.n_highway' must be a non-negative integer, found {repr(n_highway)[:40]}")
         skip = lstm.get("use_skip_connections", False)
         if not isinstance(skip, bool):
             raise fail(f"'lstm.use_skip_connections' must be true or false, found {skip!r}")

@@ -13,6 +13,7 @@ from .bilm import BiLM
 from .chars import N_CODES
 from .errors import ModelFileError
 from .fileio import atomic_path, check_file
+from .hdf5_files import open_hdf5
 from .hub import local_path
 from .options import BiLMConfig, read_options, write_options
 
@@ -55,10 +56,7 @@ def _list_datasets(f: h5py.File) -> list[str]:
 
 def _open_hdf5(path: str) -> h5py.File:
     check_file(path, "a weights.hdf5 file", noun="weight file", error=ModelFileError)
-    try:
-        return h5py.File(path, "r")
-    except OSError as e:
-        raise ModelFileError(f"{path}: not an HDF5 weight file ({e})") from None
+    return open_hdf5(path, "weight file")  # refuses external links, external storage and virtual datasets
 
 
 def load_bilm(options_file: str | os.PathLike | BiLMConfig, weight_file: str | os.PathLike | None,
@@ -90,8 +88,8 @@ def _read_weights(f: h5py.File, path: str, config: BiLMConfig, stateful: bool) -
             f"{path}: dataset 'char_embed' has {rows} rows, expected {N_CODES} (the stored codes) "
             f"or {N_CODES + 1} (with the zero padding row first); found shape {f['char_embed'].shape}"
         )
-    bilm = BiLM(config, char_rows=rows, stateful=stateful)
-    expected = dataset_map(bilm)
+    with torch.device("meta"):  # every shape is compared with the file before anything is allocated
+        expected = dataset_map(BiLM(config, char_rows=rows))
     missing = [name for name in expected if name not in present]
     if missing:
         raise ModelFileError(
@@ -107,14 +105,13 @@ def _read_weights(f: h5py.File, path: str, config: BiLMConfig, stateful: bool) -
             + f"; options: {len(config.filters)} filter banks, {config.n_highway} highway layers, "
             f"{config.n_layers} LSTM layers, projection {'yes' if config.has_lstm_projection else 'no'}"
         )
+    for name, (_, shape) in expected.items():
+        if tuple(f[name].shape) != shape:
+            raise ModelFileError(f"{path}: dataset '{name}' has shape {tuple(f[name].shape)}, expected {shape} from the options")
+    bilm = BiLM(config, char_rows=rows, stateful=stateful)
     with torch.no_grad():
-        for name, (param, shape) in expected.items():
-            ds = f[name]
-            if tuple(ds.shape) != shape:
-                raise ModelFileError(
-                    f"{path}: dataset '{name}' has shape {tuple(ds.shape)}, expected {shape} from the options"
-                )
-            data = ds[...]
+        for name, (param, shape) in dataset_map(bilm).items():
+            data = f[name][...]
             if not np.issubdtype(data.dtype, np.floating):
                 raise ModelFileError(f"{path}: dataset '{name}' has dtype {data.dtype}, expected float32")
             if not np.isfinite(data).all():

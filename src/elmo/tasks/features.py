@@ -26,6 +26,7 @@ from ..embed_file import embed_file
 from ..embedder import Embedder
 from ..errors import InputError
 from ..fileio import atomic_path, hash_file
+from ..hdf5_files import open_hdf5
 from ..models import resolve
 
 
@@ -114,7 +115,7 @@ class FeatureCache:
 
     def __init__(self, path: str | os.PathLike, lengths: Sequence[int], lines: Sequence[int] | None = None):
         self.path = os.fspath(path)
-        self.file = h5py.File(self.path, "r")
+        self.file = open_hdf5(self.path, "feature cache", InputError)
         self.lengths = list(lengths)
         self.keys = [str(i) for i in (range(len(self.lengths)) if lines is None else lines)]
         first = self.file.get("0")

@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from ..errors import InputError
 from ..fileio import atomic_path
+from ..hdf5_files import open_hdf5
 from .features import ElmoSpec, bilm_token, build_cache, document_ids, sentences_fingerprint
 from .metrics import accuracy
 from .readers import read_task_file
@@ -118,7 +119,7 @@ def sense_centroids(spec: ElmoSpec, sentences, gold: dict[str, set[str]], cache_
             h.update(f"{inst.id}:{inst.start}:{inst.end}:{' '.join(sorted(gold.get(inst.id, ())))}\n".encode())
     path = Path(cache_dir) / f"wsd-centroids.{spec.fingerprint()}.{h.hexdigest()[:16]}.hdf5"
     if path.exists():
-        with h5py.File(path, "r") as f:
+        with open_hdf5(path, "probe cache", InputError) as f:
             return [k.decode() if isinstance(k, bytes) else k for k in f["keys"][()]], f["centroids"][()]
     missing = [i.id for s in sentences for i in s.instances if i.id not in gold]
     if missing:

@@ -19,6 +19,7 @@ from torch import nn
 
 from ..errors import ModelFileError
 from ..fileio import atomic_path
+from ..hdf5_files import open_hdf5
 
 SOFTMAX_NAME = "softmax.hdf5"  # its name in an exported model directory
 
@@ -202,10 +203,7 @@ def load_softmax(path: str | os.PathLike, vocab_size: int, dim: int) -> Softmax:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise ModelFileError(f"{path}: softmax file not found")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as e:
-        raise ModelFileError(f"{path}: not an HDF5 softmax file ({e})") from None
+    f = open_hdf5(path, "softmax file")  # refuses external links, external storage and virtual datasets
     try:
         with f:
             for name in ("W", "b"):
