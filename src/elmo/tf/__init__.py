@@ -1,0 +1,5 @@
+"""TensorFlow's side of ELMo without TensorFlow: V2 checkpoints read in numpy, bilm-tf's checkpoints as models."""
+
+from elmo.tf.checkpoint import TFCheckpoint, checkpoint_prefix, is_checkpoint_prefix, latest_checkpoint
+
+__all__ = ["TFCheckpoint", "checkpoint_prefix", "is_checkpoint_prefix", "latest_checkpoint"]
