@@ -161,3 +161,37 @@ def test_a_zip_without_a_model_is_refused(tmp_path, cache):
         z.writestr("../options.json", "{}")
     with pytest.raises(ModelFileError, match="outside"):
         unpacked_zip(evil)
+
+
+NLPL_URL = "http://vectors.nlpl.eu/repository/20/{}.zip"
+
+
+def test_catalog_nlpl_entries_agree_with_their_recorded_sources():
+    """Offline: each NLPL entry's URL, corpus and preprocessing against the words its sources record."""
+    from elmo.hub.catalog import find_published, published_models
+
+    entries = [m for m in published_models() if m.format == "nlpl"]
+    assert [m.name for m in entries] == ["nlpl-210", "nlpl-211", "nlpl-217", "nlpl-218"]
+    assert find_published("norelmo100") is find_published("NLPL-218")
+    for m in entries:
+        model_id = m.name.removeprefix("nlpl-")
+        by_fact = {s.fact.split(" ")[0].rstrip(","): s for s in m.sources}
+        listing = by_fact["id"].says
+        assert listing.startswith(f"ID {model_id}") and all(s.url.startswith(("http://", "https://")) for s in m.sources)
+        assert m.archive.url == NLPL_URL.format(model_id)
+        pattern = by_fact["url"].says
+        example = pattern.rsplit(" ", 1)[-1]
+        assert example.startswith(NLPL_URL.split("{}")[0]) and example.endswith(".zip")
+        assert ("lemmatized" in listing) == (m.preprocessing == "lemmas") and m.preprocessing in ("lemmas", "tokens")
+        assert m.language == "Norwegian" and m.language in by_fact["language"].says
+        for part in m.corpus.replace(";", ",").split(", "):
+            words = part.split(" (")[0].lower().replace("dump", "").split()
+            assert all(w in listing.lower() for w in words), (m.name, part)
+        assert m.vector_size is None and m.download_size is None and m.licence.startswith("not stated")
+
+
+def test_elmo_models_lists_the_nlpl_entries(capsys):
+    assert cli_main(["models"]) == 0
+    listed = capsys.readouterr().out
+    for name in ("nlpl-210", "nlpl-211", "nlpl-217", "nlpl-218"):
+        assert name in listed

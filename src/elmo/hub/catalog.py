@@ -33,8 +33,19 @@ class RemoteFile:
 
 
 @dataclass(frozen=True)
+class FactSource:
+    """Where one fact of an entry was read: the page and the words that say it (recorded, never fetched)."""
+
+    fact: str
+    url: str
+    says: str
+
+
+@dataclass(frozen=True)
 class PublishedModel:
-    """A catalog entry. `format` is "allennlp" (options + weights files) or "manylangs" (an archive)."""
+    """A catalog entry. `format` is "allennlp" (options + weights files), "manylangs" or "nlpl" (an
+    archive: ELMoForManyLangs' files, or NLPL's options.json + model.hdf5). NLPL entries carry
+    `language`, `preprocessing` ("tokens" or "lemmas") and the source of each fact in `sources`."""
 
     name: str
     aliases: tuple[str, ...]
@@ -49,6 +60,9 @@ class PublishedModel:
     weights: RemoteFile | None = None
     archive: RemoteFile | None = None
     old_urls: tuple[str, ...] = ()
+    language: str | None = None
+    preprocessing: str | None = None
+    sources: tuple[FactSource, ...] = ()
 
     @property
     def remote_files(self) -> tuple[RemoteFile, ...]:
@@ -69,7 +83,8 @@ def _model(entry: dict) -> PublishedModel:
         aliases=tuple(entry.pop("aliases")), old_urls=tuple(entry.pop("old_urls", ())),
         options=RemoteFile(**files["options"]) if files else None,
         weights=RemoteFile(**files["weights"]) if files else None,
-        archive=RemoteFile(**archive) if archive else None, **entry)
+        archive=RemoteFile(**archive) if archive else None,
+        sources=tuple(FactSource(**source) for source in entry.pop("sources", ())), **entry)
 
 
 @functools.cache
