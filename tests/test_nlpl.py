@@ -195,3 +195,33 @@ def test_elmo_models_lists_the_nlpl_entries(capsys):
     listed = capsys.readouterr().out
     for name in ("nlpl-210", "nlpl-211", "nlpl-217", "nlpl-218"):
         assert name in listed
+
+
+def cache_nlpl_download(cache: Path, url: str, archive: Path) -> None:
+    """Put `archive` in the cache as if it had been downloaded from `url` and unpacked."""
+    import hashlib
+
+    from elmo.hub.archives import extract_archive
+    from elmo.hub.cache import CacheEntry
+
+    entry = CacheEntry.for_url(url)
+    entry.folder.mkdir(parents=True)
+    shutil.copy(archive, entry.path)
+    data = entry.path.read_bytes()
+    entry.write_record(hashlib.sha256(data).hexdigest(), len(data), None)
+    extract_archive(entry.path, entry.extracted)
+
+
+def test_elmo_models_shows_meta_facts_of_a_cached_model(tmp_path, allennlp_dir, cache, capsys):
+    from elmo.hub.catalog import find_published
+
+    url = find_published("nlpl-210").archive.url
+    cache_nlpl_download(cache, url, zipped(nlpl_dir(tmp_path / "210", allennlp_dir, n_characters=261)))
+    assert cli_main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert "nlpl-210 meta.json: id=210, handle=" in out and "corpus=A tiny test corpus, language=nor" in out
+    assert "nlpl-211 meta.json" not in out
+    assert cli_main(["models", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["nlpl-210"]["cached"] == "elmo" and rows["nlpl-210"]["meta"]["lemmatized"] == "True"
+    assert rows["nlpl-210"]["preprocessing"] == "lemmas" and rows["nlpl-211"]["meta"] == {}

@@ -37,7 +37,17 @@ def model_rows() -> list[dict]:
                      "parameters_millions": m.parameters_millions, "corpus": m.corpus, "licence": m.licence,
                      "download_size": m.download_size, "cached": cache_status(m),
                      "urls": [f.url for f in m.remote_files], "description": m.description})
+        if m.format == "nlpl":
+            rows[-1].update(_nlpl_facts(m, rows[-1]["cached"]))
     return rows
+
+
+def _nlpl_facts(m, cached: str) -> dict:
+    """An NLPL model's language and tokens/lemmas, and, once it is cached, its meta.json's facts."""
+    from ..hub.nlpl_zip import cached_meta_facts
+
+    return {"language": m.language, "preprocessing": m.preprocessing,
+            "meta": cached_meta_facts(m.archive.url) if cached else {}}
 
 
 def _bundled_vector_size(name: str) -> int:
@@ -66,6 +76,9 @@ def run_models(args: argparse.Namespace) -> int:
     widths = [max(len(c), *(len(line[i]) for line in cells)) for i, c in enumerate(COLUMNS)]
     for line in [list(COLUMNS), *cells]:
         print("  ".join(text.ljust(w) for text, w in zip(line, widths)).rstrip())
+    for row in rows:
+        if row.get("meta"):
+            print(f"{row['name']} meta.json: " + ", ".join(f"{k}={v}" for k, v in row["meta"].items()))
     return 0
 
 

@@ -44,7 +44,19 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     arch = p.add_mutually_exclusive_group()
     arch.add_argument("--options", help="options.json with the architecture (training keys are read too)")
     arch.add_argument("--preset", choices=list(PRESETS), help="a built-in architecture (docs/training.md)")
-    p.add_argument("--init-from", metavar="MODEL_DIR", help="start from a model's weights (+ softmax.hdf5) to fine-tune")
+    p.add_argument("--init-from", metavar="MODEL",
+                   help="fine-tune a model: a name (bundled or published, `elmo models`), a model directory, the URL of "
+                   "a model archive, or a training run. Its softmax rows are carried over by word into --vocab; a model "
+                   "without a softmax first learns one with the biLM frozen (--softmax-steps). Unset --lr, --optimizer "
+                   "and --epochs take fine-tuning values (docs/finetuning.md)")
+    p.add_argument("--softmax-steps", type=int,
+                   help="with --init-from: steps that train only the softmax, every biLM weight frozen, before all "
+                   "weights train (default: 200 for a model without a softmax, 0 for one with it); part of --max-steps, "
+                   "added to --epochs' steps")
+    p.add_argument("--valid", metavar="FILE",
+                   help="held-out text scored (full softmax, in sentence mode, or document mode with --batching document) "
+                   "before training, every --valid-every steps and at the end, into metrics.jsonl")
+    p.add_argument("--valid-every", type=int, help="steps between --valid scorings (default 500)")
     p.add_argument("--out", required=True, help="run directory (checkpoints, metrics.jsonl, options.json)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
     p.add_argument("--batch-size", type=int, help="rows per process (default 128)")
@@ -56,8 +68,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                    help="keep the parameters whose names match these patterns fixed, e.g. 'bilm.char_encoder.*' to "
                    "fine-tune only the LSTMs (a pattern that matches nothing is refused, with the names listed)")
     p.add_argument("--clip-norm", type=float, help="global gradient-norm clip (default 10)")
-    p.add_argument("--lr", type=float, help="learning rate (default 0.2 for adagrad, 0.001 for adam, 1.0 for sgd); "
-                   "with --resume, the new rate from there on")
+    p.add_argument("--lr", type=float, help="learning rate (default 0.2 for adagrad, 0.001 for adam, 1.0 for sgd; "
+                   "with --init-from 0.01, adagrad); with --resume, the new rate from there on")
     p.add_argument("--optimizer", choices=list(LR_DEFAULTS), help="default adagrad (initial accumulator 1.0)")
     soft = p.add_mutually_exclusive_group()
     soft.add_argument("--full-softmax", dest="sampled", action="store_const", const=False, help="exact softmax over the vocabulary")
@@ -159,6 +171,11 @@ def run_train(args: argparse.Namespace) -> int:
     if "step" in summary and summary.get("checkpoint"):
         print(f"step {summary['step']}: loss {summary['loss']:.4f}, ppl {summary['ppl']:.2f}; checkpoint {summary['checkpoint']}",
               file=sys.stderr)
+    if summary.get("valid"):
+        from ..training.heldout import summary_lines
+
+        for line in summary_lines(summary["valid"]):
+            print(line, file=sys.stderr)
     if summary.get("stopped_by") and summary.get("checkpoint"):  # rank 0 speaks for all
         print(f"stopped by {summary['stopped_by']} at step {summary.get('step')} of {summary['max_steps']}; continue with "
               f"`elmo train --out {summary['run_dir']} --resume`", file=sys.stderr)

@@ -14,7 +14,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from ..errors import ModelFileError
-from ..nlpl import is_nlpl_dir, zip_key
+from ..nlpl import is_nlpl_dir, meta_facts, nlpl_files, zip_key
 from .archives import extract_archive
 from .cache import cache_root
 
@@ -50,3 +50,14 @@ def _holds_model(folder: Path) -> bool:
 
     return is_nlpl_dir(folder) or (folder / "weights.hdf5").is_file() and (folder / "options.json").is_file() \
         or is_manylangs_dir(folder)
+
+
+def cached_meta_facts(archive_url: str) -> dict[str, str]:
+    """meta.json's facts of a catalog archive already unpacked in the cache ({} when not cached or without one)."""
+    from .cache import CacheEntry
+
+    extracted = CacheEntry.for_url(archive_url).extracted
+    if not extracted.is_dir():
+        return {}
+    files = nlpl_files(model_folder(extracted, archive_url))
+    return meta_facts(files.meta_file) if files is not None and files.meta_file is not None else {}

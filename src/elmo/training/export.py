@@ -2,7 +2,8 @@
 
 MODEL_DIR gets options.json for prediction (only `lstm` and `char_cnn`, `n_characters` 262, as the
 released files), weights.hdf5 exactly as bilm-tf's `dump_weights` writes it (docs/format.md 3.4: 261-row
-char table, no softmax), softmax.hdf5 (W, b) for perplexity, and vocab.txt.
+char table, no softmax), softmax.hdf5 (W, b) for perplexity, vocab.txt, and model-card.txt: one line
+saying what the model started from and on what text it was trained (no loader reads it).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ..options import OPTIONS_NAME, BiLMConfig, read_options
 from ..weights import WEIGHTS_NAME, save_bilm
 from .checkpoint import latest_checkpoint, load_checkpoint, load_into
 from .model import LanguageModel
-from .settings import CHECKPOINT_DIR
+from .settings import CHECKPOINT_DIR, RUN_FILE, read_run_file
 from .softmax import SOFTMAX_NAME, Softmax, save_softmax
 from .vocab import VOCAB_NAME, Vocab, write_vocab
 
@@ -34,8 +35,16 @@ def inference_options(options: dict) -> dict:
     return out
 
 
+MODEL_CARD_NAME = "model-card.txt"
+
+
 def load_run(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = None) -> tuple[LanguageModel, Vocab, Path]:
     """The LM of a run directory at its latest (or the given) checkpoint, in eval mode."""
+    model, vocab, path, _ = _load_run(run_dir, checkpoint)
+    return model, vocab, path
+
+
+def _load_run(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None) -> tuple[LanguageModel, Vocab, Path, dict]:
     run = Path(run_dir)
     if not (run / OPTIONS_NAME).is_file() or not (run / VOCAB_NAME).is_file():
         raise InputError(f"{run}: not a training run directory ({OPTIONS_NAME} and {VOCAB_NAME} expected)")
@@ -45,8 +54,9 @@ def load_run(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = 
     config = BiLMConfig.from_options(inference_options(read_options(run / OPTIONS_NAME).raw), source=str(run / OPTIONS_NAME))
     vocab = Vocab.load(run / VOCAB_NAME)
     model = LanguageModel(config, len(vocab), bilm=BiLM(config, char_rows=N_CODES))
-    load_into(model, load_checkpoint(path)["model"], path)
-    return model.eval(), vocab, path
+    state = load_checkpoint(path)
+    load_into(model, state["model"], path)
+    return model.eval(), vocab, path, state
 
 
 def export_run(run_dir: str | os.PathLike, model_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = None,
@@ -57,10 +67,10 @@ def export_run(run_dir: str | os.PathLike, model_dir: str | os.PathLike, checkpo
     The directory is written whole under a temporary name and renamed, so a failed export (even with
     --overwrite) leaves MODEL_DIR as it was."""
     check_not_input(model_dir, {"RUN_DIR": run_dir, "--checkpoint": checkpoint}, flag="MODEL_DIR", folder=True)
-    model, vocab, _ = load_run(run_dir, checkpoint)
+    model, vocab, _, state = _load_run(run_dir, checkpoint)
     out = Path(model_dir)
-    names = (OPTIONS_NAME, WEIGHTS_NAME, SOFTMAX_NAME, VOCAB_NAME)
-    present = [n for n in names if (out / n).exists()]
+    names = (OPTIONS_NAME, WEIGHTS_NAME, SOFTMAX_NAME, VOCAB_NAME, MODEL_CARD_NAME)
+    present = [n for n in names[:4] if (out / n).exists()]
     if present and not overwrite:
         raise InputError(f"{out}: already holds {', '.join(present)}; pass --overwrite to replace them")
     _fit_float16(model, float16, softmax_float16 or float16, clip_float16)
@@ -68,7 +78,15 @@ def export_run(run_dir: str | os.PathLike, model_dir: str | os.PathLike, checkpo
         save_bilm(model.bilm, Path(tmp) / OPTIONS_NAME, Path(tmp) / WEIGHTS_NAME, float16=float16)
         save_softmax(model.softmax, Path(tmp) / SOFTMAX_NAME, float16=softmax_float16 or float16)
         write_vocab(vocab.tokens, Path(tmp) / VOCAB_NAME)
+        card = model_card_line(Path(run_dir), state["step"], state["tokens"])
+        (Path(tmp) / MODEL_CARD_NAME).write_text(card + "\n", encoding="utf-8")
     return ModelFiles.from_dir(out)
+
+
+def model_card_line(run_dir: Path, step: int, tokens: int) -> str:
+    """What the model started from and on what text it was trained, from the run's run.json."""
+    run = read_run_file(run_dir / RUN_FILE) if (run_dir / RUN_FILE).is_file() else {}
+    return model_card(run, step, tokens)
 
 
 FLOAT16_MAX = 65504.0  # float16's largest finite value; anything beyond becomes inf
@@ -104,3 +122,14 @@ def load_model_dir(files: ModelFiles, vocab_file: str | os.PathLike | None = Non
     bilm = load_bilm(files.options_file, files.weight_file)
     softmax: Softmax = load_softmax(files.softmax_file, len(vocab), bilm.config.projection_dim)
     return LanguageModel(bilm.config, len(vocab), bilm=bilm, softmax=softmax).eval(), vocab
+
+
+def model_card(run: dict, step: int, tokens: int) -> str:
+    """One line saying what a model started from and on what text it was tuned (run.json's values)."""
+    train = ", ".join(Path(p).name for p in run.get("train", []))
+    tune = run.get("finetune")
+    if not tune:
+        return f"Trained from scratch on {train}: {step:,} steps, {tokens:,} tokens per direction."
+    phase = f", the first {tune['softmax_steps']:,} of them the softmax alone" if tune.get("softmax_steps") else ""
+    return (f"Fine-tuned from {tune['from']} ({tune['kind']}) on {train}: {step:,} steps{phase}, {tokens:,} tokens per "
+            f"direction, {tune['optimizer']} lr {tune['lr']:g}.")

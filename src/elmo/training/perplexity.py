@@ -70,5 +70,10 @@ def perplexity(model: LanguageModel, vocab: Vocab, test: list[str] | str, mode: 
     if bar is not None:
         bar.close()
     batcher.close()
-    return {"forward": math.exp(total_f / count), "backward": math.exp(total_b / count),
-            "average": math.exp(0.5 * (total_f + total_b) / count), "tokens": count, "mode": mode}
+    return {"forward": _exp(total_f / count), "backward": _exp(total_b / count),
+            "average": _exp(0.5 * (total_f + total_b) / count), "tokens": count, "mode": mode}
+
+
+def _exp(nats: float) -> float:
+    """A perplexity; beyond float range (a wrecked model) it is infinite, not an OverflowError."""
+    return math.exp(nats) if nats < 709.0 else math.inf

@@ -43,6 +43,15 @@ OBJECTIVES = {"mean": (0.5, 0.5), "sum": (1.0, 1.0), "forward": (1.0, 0.0)}
 CONTROL_DEFAULTS = {"checkpoint_every": 1250, "checkpoint_minutes": 30.0, "keep_checkpoints": 2, "log_every": 10}
 CAN_CHANGE_ON_RESUME = ("max_steps", "epochs", "lr")  # a new --lr applies from the resumed step on
 
+# Fine-tuning (`--init-from`): what a flag left unset becomes, in this one place (run.json records the
+# values used). lr 0.01 with a fresh Adagrad: docs/documents.md measured the from-scratch 0.2 wrecking
+# the bundled model within 0.45M tokens while 0.01 improved it. `softmax_steps`: the first phase, a
+# softmax learned with every biLM weight frozen, for a model published without one (`softmax_lr`:
+# its rate; the frozen biLM cannot be hurt by it). The measured sweep: docs/finetuning.md.
+FINETUNE_DEFAULTS = {"lr": 0.01, "optimizer": "adagrad", "optimizer_state": "fresh", "epochs": 3.0,
+                     "softmax_steps": 200, "softmax_lr": 0.2}
+VALID_EVERY = 500  # --valid: steps between held-out scorings, unless --valid-every says
+
 
 @dataclass
 class TrainSettings:
@@ -75,6 +84,9 @@ class TrainSettings:
     checkpoint_minutes: float | None = None
     keep_checkpoints: int | None = None
     log_every: int | None = None
+    softmax_steps: int | None = None  # --init-from: steps of the softmax-only phase (FINETUNE_DEFAULTS)
+    valid: str | None = None  # held-out text scored at the start, every `valid_every` steps and at the end
+    valid_every: int | None = None
     threads: int | None = None
     device: str | None = None
     bf16: bool = False
@@ -111,6 +123,8 @@ class RunConfig:
     chunk_lines: int
     max_steps: int | None
     control: Control
+    finetune: dict | None = None  # --init-from: the start model, the phases and the rates (finetune_record)
+    valid: dict | None = None  # --valid: {"file", "every", "mode"}
 
     @classmethod
     def from_json(cls, stored: dict) -> RunConfig:
@@ -118,11 +132,18 @@ class RunConfig:
         values = {name: stored.get(name, copy.deepcopy(default)) for name, default in RUN_KEYS.items()}
         return cls(**dict(values, freeze=tuple(values["freeze"])), train=tuple(stored["train"]),
                    init_from=stored.get("init_from"), chunk_lines=stored.get("chunk_lines", CHUNK_LINES),
-                   max_steps=stored.get("max_steps"), control=Control(**stored["control"]))
+                   max_steps=stored.get("max_steps"), control=Control(**stored["control"]),
+                   finetune=stored.get("finetune"), valid=stored.get("valid"))
 
     def to_json(self, world_size: int) -> dict:
         """run.json's object, keys in the order earlier versions wrote them (their run folders still resume)."""
-        return dict(asdict(self), freeze=list(self.freeze), train=list(self.train), world_size=world_size)
+        stored = dict(asdict(self), freeze=list(self.freeze), train=list(self.train), world_size=world_size)
+        return {k: v for k, v in stored.items() if v is not None or k not in ("finetune", "valid")}
+
+    @property
+    def softmax_steps(self) -> int:
+        """Steps 1..N train only the softmax (every biLM weight frozen); 0 without such a phase."""
+        return int(self.finetune.get("softmax_steps", 0)) if self.finetune else 0
 
     @property
     def streaming(self) -> bool:
@@ -141,7 +162,7 @@ MAX_TOKENS_PER_STEP = 1 << 22  # batch x unroll; the original recipe uses 128 x 
 def check_flags(s: TrainSettings) -> None:
     """Values that mean nothing are refused before any file is read or anything allocated."""
     for name in ("max_steps", "checkpoint_every", "keep_checkpoints", "log_every", "threads", "batch_size",
-                 "unroll_steps", "negatives"):
+                 "unroll_steps", "negatives", "valid_every"):
         value = getattr(s, name)
         check(value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1),
               f"--{name.replace('_', '-')} must be a positive integer, found {value!r}")
@@ -151,6 +172,8 @@ def check_flags(s: TrainSettings) -> None:
               f"--{name.replace('_', '-')} must be a positive finite number, found {value!r}")
     check(s.max_minutes is None or (math.isfinite(s.max_minutes) and s.max_minutes >= 0),  # 0: stop after one update
           f"--max-minutes must be a finite number >= 0, found {s.max_minutes!r}")
+    check(s.softmax_steps is None or (isinstance(s.softmax_steps, int) and s.softmax_steps >= 0),
+          f"--softmax-steps must be an integer >= 0, found {s.softmax_steps!r}")
     check(s.dropout is None or 0.0 <= s.dropout < 1.0, f"--dropout must be in [0, 1), found {s.dropout!r}")
 
 
@@ -181,18 +204,31 @@ def _positive(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
-def fresh_run(s: TrainSettings, model_options: Callable[[str], dict]) -> tuple[dict, RunConfig, Vocab]:
+@dataclass(frozen=True)
+class StartModel:
+    """What `--init-from` names, as far as a run's settings need it (training.finetune.describe_start)."""
+
+    reference: str  # as the user gave it
+    kind: str  # "bundled model", "model directory", "training run", ...: for run.json and the model card
+    options: dict  # its architecture (lstm, char_cnn)
+    has_softmax: bool
+
+
+def fresh_run(s: TrainSettings, model_options: Callable[[str], StartModel]) -> tuple[dict, RunConfig, Vocab]:
     """Options (architecture + training keys) and run.json contents for a new run. `model_options`:
-    `--init-from`'s model -> its options (resolved by the caller: models.py sits above this module)."""
+    `--init-from`'s model -> a StartModel (resolved by the caller: models.py sits above this module)."""
     check_flags(s)
     check(bool(s.train), "--train is required (a file or glob of tokenized text, one sentence per line)")
     check(s.vocab is not None, "--vocab is required (make one with `elmo vocab`)")
+    start = None
     if s.init_from is not None:
         check(s.weight_init is None, "--init-from starts from that model's weights; drop --weight-init")
         check(s.options is None, "--init-from takes the architecture from MODEL_DIR/options.json; drop --options/--preset")
-        options = model_options(s.init_from)
+        start = model_options(s.init_from)
+        options = copy.deepcopy(start.options)
     else:
         check(s.options is not None, "give the architecture: --preset NAME, --options options.json or --init-from MODEL_DIR")
+        check(s.softmax_steps is None, "--softmax-steps is the first phase of a fine-tune; it needs --init-from MODEL")
         options = copy.deepcopy(s.options)
     BiLMConfig.from_options(options, source="the model options")  # fail early on a broken architecture
     options["char_cnn"]["n_characters"] = 261  # the training-time table (docs/format.md 3.3)
@@ -200,14 +236,58 @@ def fresh_run(s: TrainSettings, model_options: Callable[[str], dict]) -> tuple[d
         value = getattr(s, name)
         options[key] = value if value is not None else options.get(key, default)
     given = {name: getattr(s, name) for name in RUN_KEYS if getattr(s, name) is not None}
+    finetune = _finetune_choices(s, start, options, given) if start is not None else None
     run = RunConfig.from_json(dict(given, train=s.train, init_from=s.init_from, chunk_lines=s.chunk_lines,
-                                   max_steps=s.max_steps, control=_control(s, {})))
+                                   max_steps=s.max_steps, control=_control(s, {}), finetune=finetune,
+                                   valid=_valid_choice(s, given.get("batching", RUN_KEYS["batching"]))))
     options["learning_rate"] = s.lr if s.lr is not None else options.get("learning_rate", LR_DEFAULTS.get(run.optimizer, 0.2))
     options["bidirectional"] = True
     vocab = Vocab.load(s.vocab)
     options["n_tokens_vocab"] = len(vocab)
     validate(options, run)
     return options, run, vocab
+
+
+def _finetune_choices(s: TrainSettings, start: StartModel, options: dict, given: dict) -> dict:
+    """--init-from's unset rate, optimizer and epochs from FINETUNE_DEFAULTS (`options` and `given` get them);
+    -> run.json's "finetune" record, naming which values were defaults."""
+    defaults = []
+    if s.optimizer is None:
+        given["optimizer"] = FINETUNE_DEFAULTS["optimizer"]
+        defaults.append("optimizer")
+    if s.lr is not None:
+        options["learning_rate"] = s.lr
+    else:
+        check(given["optimizer"] == FINETUNE_DEFAULTS["optimizer"],
+              f"--init-from with --optimizer {given['optimizer']}: no fine-tuning rate is measured for it; give --lr "
+              f"(the from-scratch default would wreck a trained model, docs/finetuning.md)")
+        options["learning_rate"] = FINETUNE_DEFAULTS["lr"]
+        defaults.append("lr")
+    if s.epochs is None:
+        options["n_epochs"] = FINETUNE_DEFAULTS["epochs"]
+        defaults.append("epochs")
+    softmax_steps = s.softmax_steps
+    if softmax_steps is None:
+        softmax_steps = 0 if start.has_softmax else FINETUNE_DEFAULTS["softmax_steps"]
+        defaults.append("softmax_steps")
+    softmax = "learned in phase 1" if softmax_steps else "trained with the biLM"
+    if start.has_softmax:
+        softmax = "the model's, rows carried over by word" + (", then phase 1" if softmax_steps else "")
+    return {"from": start.reference, "kind": start.kind, "softmax": softmax, "softmax_steps": softmax_steps,
+            "softmax_lr": FINETUNE_DEFAULTS["softmax_lr"] if softmax_steps else None,
+            "lr": options.get("learning_rate"), "optimizer": given["optimizer"],
+            "optimizer_state": FINETUNE_DEFAULTS["optimizer_state"], "epochs": options.get("n_epochs"),
+            "defaults": defaults}
+
+
+def _valid_choice(s: TrainSettings, batching: str) -> dict | None:
+    """--valid FILE: scored in the mode the model will be embedded in (document batching: document mode)."""
+    if s.valid is None:
+        check(s.valid_every is None, "--valid-every needs --valid FILE (held-out text to score)")
+        return None
+    check(Path(s.valid).is_file(), f"--valid {s.valid}: no such file (held-out text, one sentence per line)")
+    return {"file": s.valid, "every": s.valid_every or VALID_EVERY,
+            "mode": "document" if batching == "document" else "sentence"}
 
 
 def resumed_run(s: TrainSettings, out: Path) -> tuple[dict, RunConfig, Vocab]:
@@ -228,9 +308,24 @@ def resumed_run(s: TrainSettings, out: Path) -> tuple[dict, RunConfig, Vocab]:
         options["n_epochs"], max_steps = s.epochs, None
     if s.max_steps is not None:
         max_steps = s.max_steps
-    config = RunConfig.from_json(dict(run, max_steps=max_steps, control=_control(s, run.get("control", {}))))
+    _check_same_fine_tune(s, run, out)
+    valid = run.get("valid")
+    if valid and s.valid_every is not None:
+        valid = dict(valid, every=s.valid_every)
+    config = RunConfig.from_json(dict(run, max_steps=max_steps, control=_control(s, run.get("control", {})), valid=valid))
     validate(options, config)
     return options, config, Vocab.load(out / VOCAB_NAME)
+
+
+def _check_same_fine_tune(s: TrainSettings, run: dict, out: Path) -> None:
+    """--softmax-steps and --valid are part of what a run computes: a resumed run keeps its own."""
+    phase = (run.get("finetune") or {}).get("softmax_steps", 0)
+    check(s.softmax_steps is None or s.softmax_steps == phase,
+          f"--softmax-steps {s.softmax_steps}: the run in {out} was started with {phase}; a resumed run keeps its settings")
+    valid = (run.get("valid") or {}).get("file")
+    check(s.valid is None or s.valid == valid,
+          f"--valid {s.valid}: the run in {out} was started with {valid}; a resumed run keeps its settings")
+    check(s.valid_every is None or valid is not None, f"--valid-every: the run in {out} scores no held-out text")
 
 
 def _control(s: TrainSettings, stored: dict) -> dict:
@@ -270,11 +365,14 @@ def read_run_file(path: Path) -> dict:
     check(run.get("init_from") is None or isinstance(run["init_from"], str),
           f"{path}: 'init_from' must be a model name or path, or null, found {run.get('init_from')!r}")
     check(isinstance(run.get("control", {}), dict), f"{path}: 'control' must be an object")
+    for name in ("finetune", "valid"):
+        check(run.get(name) is None or isinstance(run[name], dict), f"{path}: '{name}' must be an object or null")
     return run
 
 
 def total_steps(options: dict, run: RunConfig, files: list[str], world: int) -> int:
-    """--max-steps, else bilm-tf's n_epochs * int(n_train_tokens / (batch * unroll * devices))."""
+    """--max-steps (both phases of a fine-tune), else bilm-tf's n_epochs * int(n_train_tokens / (batch * unroll *
+    devices)) after the softmax phase, if any."""
     if run.max_steps:
         return int(run.max_steps)
     if not options.get("n_train_tokens"):
@@ -282,4 +380,4 @@ def total_steps(options: dict, run: RunConfig, files: list[str], world: int) -> 
               "(give --max-steps, or n_train_tokens in the options, to skip this)", file=sys.stderr)
         options["n_train_tokens"] = count_targets(files)
     per_step = options["batch_size"] * options["unroll_steps"] * world
-    return max(1, int(options["n_epochs"] * max(1, options["n_train_tokens"] // per_step)))
+    return run.softmax_steps + max(1, int(options["n_epochs"] * max(1, options["n_train_tokens"] // per_step)))

@@ -12,6 +12,7 @@ update is `train_step` (what benchmarks/speed.py times).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fnmatch
 import json
 import math
@@ -28,10 +29,8 @@ import torch
 from ..allocator import keep_freed_memory
 from ..devices import cpu_has_bf16
 from ..fileio import atomic_path, check_not_input
-from ..models import resolve
-from ..options import OPTIONS_NAME, BiLMConfig, read_options, write_options
-from ..weights import load_bilm
-from . import distributed
+from ..options import OPTIONS_NAME, BiLMConfig, write_options
+from . import distributed, finetune
 from .checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
 from .data import Batch, expand_corpus, head_counts, make_batcher
 from .model import LanguageModel, detach_states, new_language_model
@@ -47,7 +46,9 @@ from .settings import (
     resumed_run,
     total_steps,
 )
-from .softmax import LogUniformSampler, load_softmax
+from .heldout import HeldOut
+from .progress import Progress, truncate_metrics
+from .softmax import LogUniformSampler
 from .state import TrainingState
 from .vocab import VOCAB_NAME, Vocab, check_frequency_order, write_vocab
 
@@ -65,19 +66,12 @@ def _build_model(options: dict, vocab: Vocab, run: RunConfig, rank: int, init: b
     model = new_language_model(config, len(vocab), run.weight_init if init else "bilm-tf", dropout=options["dropout"],
                                sampler=sampler, first_layer_dropout=run.first_layer_dropout)
     if init and run.init_from:
-        files = resolve(run.init_from).original_files()
-        state = load_bilm(files.options_file, files.weight_file).state_dict()
-        table = state["char_encoder.char_embed"]
-        if table.shape[0] == model.bilm.char_encoder.char_embed.shape[0] + 1:
-            state["char_encoder.char_embed"] = table[1:]  # a file stored with the zero row first
-        model.bilm.load_state_dict(state)
-        if files.softmax_file is not None:
-            model.softmax = load_softmax(files.softmax_file, len(vocab), config.projection_dim)
+        finetune.load_start(run.init_from, model, vocab)
     return model, generator
 
 
-def _model_options(model: str) -> dict:
-    return read_options(resolve(model).original_files().options_file).to_options()
+def _model_options(model: str) -> finetune.StartModel:
+    return finetune.describe_start(model)
 
 
 def freeze_parameters(model: torch.nn.Module, patterns: list[str]) -> list[str]:
@@ -95,30 +89,12 @@ def freeze_parameters(model: torch.nn.Module, patterns: list[str]) -> list[str]:
 
 
 def _make_optimizer(model: torch.nn.Module, options: dict, run: RunConfig) -> torch.optim.Optimizer:
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = finetune.optimizer_groups(model, run)
     if run.optimizer == "adam":
         return torch.optim.Adam(params, lr=options["learning_rate"])
     if run.optimizer == "sgd":
         return torch.optim.SGD(params, lr=options["learning_rate"])
     return torch.optim.Adagrad(params, lr=options["learning_rate"], initial_accumulator_value=1.0)
-
-
-def _step_of(line: str) -> float:
-    """The step of a metrics.jsonl record; a damaged line (a kill mid-write) counts as after any checkpoint."""
-    try:
-        record = json.loads(line)
-        return record["step"] if isinstance(record, dict) and isinstance(record.get("step"), int) else math.inf
-    except ValueError:
-        return math.inf
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """On resume, drop log records written after the checkpoint by the interrupted run."""
-    if not path.is_file():
-        return
-    keep = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if _step_of(line) <= step]
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(line + "\n" for line in keep)
 
 
 def train(s: TrainSettings) -> dict:
@@ -232,51 +208,6 @@ def train_step(state: TrainingState, batch: Batch, recipe: StepRecipe, save: boo
     return StepResult(mean_f, mean_b, norm, save, stop)
 
 
-class _Progress:
-    """Loss and token counts since the last log record; the metrics file and the progress bar."""
-
-    def __init__(self, out: Path, rank: int, show: bool, max_steps: int, step: int, objective: str = "mean"):
-        self.objective = objective
-        self.log = open(out / METRICS_FILE, "a", encoding="utf-8") if rank == 0 else None  # noqa: SIM115 (closed by close())
-        self.bar = None
-        if rank == 0 and show:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=max_steps, initial=step, unit="step", dynamic_ncols=True, smoothing=0.05,
-                            mininterval=1.0 if sys.stderr.isatty() else 30.0, desc="train")
-        self.last = time.time()
-        self.summary: dict = {}
-        self._reset()
-
-    def _reset(self) -> None:
-        self.window = {"loss_f": 0.0, "loss_b": 0.0, "steps": 0, "tokens": 0}
-
-    def add(self, loss_f: float, loss_b: float, tokens: int) -> None:
-        w = self.window
-        w["loss_f"], w["loss_b"], w["steps"], w["tokens"] = w["loss_f"] + loss_f, w["loss_b"] + loss_b, w["steps"] + 1, w["tokens"] + tokens
-
-    def write(self, step: int, tokens: int, elapsed: float, norm: float, lr: float) -> None:
-        now = time.time()
-        record = _record(step, tokens, self.window, now - self.last, elapsed, norm, lr, self.objective)
-        self._reset()
-        self.last, self.summary = now, record
-        if self.log is not None:
-            self.log.write(json.dumps(record) + "\n")
-            self.log.flush()
-        if self.bar is not None:
-            self.bar.set_postfix_str(f"{record['tok_s']:,.0f} tok/s, loss {record['loss']:.3f}, ppl {record['ppl']:.1f}", refresh=False)
-
-    def tick(self) -> None:
-        if self.bar is not None:
-            self.bar.update(1)
-
-    def close(self) -> None:
-        if self.log is not None:
-            self.log.close()
-        if self.bar is not None:
-            self.bar.close()
-
-
 def _prepare_process(s: TrainSettings, device: torch.device) -> None:
     if s.threads is not None:
         check(s.threads > 0, f"--threads must be positive, found {s.threads}")
@@ -318,28 +249,62 @@ def _train(s: TrainSettings, rank: int, world: int, device: torch.device) -> dic
     max_steps = total_steps(options, run, files, world)
     if checkpoint is None and options["sample_softmax"]:
         check_frequency_order(vocab, head_counts(files), where=f"the first 200,000 tokens of {files[0]}")
+    finetune.check_phases(run, max_steps)
     state = _initial_state(options, vocab, run, files, rank, world, device, fresh=checkpoint is None)
     if checkpoint is not None:
         state.load_state_dict(checkpoint, Path(checkpoint["path"]), s.lr)
         if rank == 0:
-            _truncate_metrics(Path(s.out) / METRICS_FILE, state.step)
+            truncate_metrics(Path(s.out) / METRICS_FILE, state.step)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if s.bf16 else contextlib.nullcontext()
-    recipe = StepRecipe(distributed.wrap(state.model, world), [p for p in state.model.parameters() if p.requires_grad],
-                        options["unroll_steps"], options["all_clip_norm_val"], run.objective, run.streaming, autocast)
+    recipe = StepRecipe(state.model, [], options["unroll_steps"], options["all_clip_norm_val"], run.objective,
+                        run.streaming, autocast)
+    tuning = _Tuning(run, state, HeldOut(run, vocab, Path(s.out) / METRICS_FILE) if run.valid and rank == 0 else None)
     state.model.train()
-    return _loop(s, state, recipe, run, max_steps)
+    return _loop(s, state, recipe, run, max_steps, tuning)
 
 
-def _loop(s: TrainSettings, state: TrainingState, recipe: StepRecipe, run: RunConfig, max_steps: int) -> dict:
+class _Tuning:
+    """The phases of a fine-tune (what trains) and the held-out scorings, between the loop's steps."""
+
+    def __init__(self, run: RunConfig, state: TrainingState, heldout: HeldOut | None):
+        self.run, self.heldout, self.phase = run, heldout, None
+        self.trainable = {name for name, p in state.model.named_parameters() if p.requires_grad}  # after --freeze
+
+    def before_step(self, state: TrainingState, recipe: StepRecipe, progress: Progress) -> StepRecipe:
+        """Switch phase where the step says (the trained parameters and the DDP wrapper follow); score if due."""
+        if self.phase != finetune.phase_at(self.run, state.step):
+            self.phase = finetune.apply_phase(state.model, state.optimizer, self.run, state.step, self.trainable)
+            recipe = dataclasses.replace(recipe, trained=distributed.wrap(state.model, state.world),
+                                         params=[p for p in state.model.parameters() if p.requires_grad])
+        self.score(state, progress)
+        return recipe
+
+    def score(self, state: TrainingState, progress: Progress, final: bool = False) -> None:
+        if self.heldout is not None and self.heldout.due(state.step, final):
+            phase = "start" if state.step == 0 else finetune.phase_at(self.run, state.step - 1)
+            self.heldout.score(state.model, state.step, state.tokens, state.elapsed(), phase, progress.append)
+
+    @property
+    def logged_phase(self) -> str | None:
+        return self.phase if self.run.softmax_steps else None
+
+    def summary(self) -> dict:
+        found = self.heldout.summary() if self.heldout is not None else None
+        return {"valid": found} if found else {}
+
+
+def _loop(s: TrainSettings, state: TrainingState, recipe: StepRecipe, run: RunConfig, max_steps: int,
+          tuning: _Tuning) -> dict:
     """Steps until `max_steps`, SIGTERM or --max-minutes, logging and saving as `run.control` says; -> the summary."""
     out, control, rank = Path(s.out), run.control, state.rank
     start = last_save = state.started = time.time()
     with contextlib.ExitStack() as cleanup:
-        progress = _Progress(out, rank, s.progress, max_steps, state.step, run.objective)
+        progress = Progress(out, rank, s.progress, max_steps, state.step, run.objective)
         cleanup.callback(progress.close)
         cleanup.callback(state.batcher.close)
         signals = cleanup.enter_context(_signal_requests())
         while state.step < max_steps:
+            recipe = tuning.before_step(state, recipe, progress)
             batch = state.batcher.next_batch().to(state.device)
             now = time.time()
             asked_to_save, signals["save"] = signals["save"], False
@@ -349,16 +314,19 @@ def _loop(s: TrainSettings, state: TrainingState, recipe: StepRecipe, run: RunCo
             step = state.step
             progress.add(done.loss_f, done.loss_b, batch.n_tokens * state.world)
             if step % control.log_every == 0 or step == max_steps or done.stop:
-                progress.write(step, state.tokens, state.elapsed(), float(done.norm), state.optimizer.param_groups[0]["lr"])
+                progress.write(step, state.tokens, state.elapsed(), float(done.norm), state.optimizer.param_groups[0]["lr"],
+                               tuning.logged_phase)
             progress.tick()
             if step % control.checkpoint_every == 0 or step == max_steps or done.save or done.stop:
                 state.save(out, control.keep_checkpoints)
                 last_save = time.time()
             if done.stop:
                 break
+        if state.step == max_steps:  # the run's end, not a stop on the way (its scorings match an uninterrupted run's)
+            tuning.score(state, progress, final=True)
     last = state.last_checkpoint
     return dict(progress.summary, max_steps=max_steps, checkpoint=str(last) if last else None, run_dir=str(out),
-                stopped_by="SIGTERM" if signals["stop"] else None)
+                stopped_by="SIGTERM" if signals["stop"] else None, **tuning.summary())
 
 
 @contextlib.contextmanager
@@ -390,13 +358,3 @@ def _agree(loss_f: torch.Tensor, loss_b: torch.Tensor, due: bool, out_of_time: b
                                              torch.tensor(float(due), device=device), torch.tensor(float(out_of_time), device=device)]))
     mean_f, mean_b = (stats[:2] / world).tolist()
     return mean_f, mean_b, stats[2].item() > 0, stats[3].item() > 0
-
-
-def _record(step, tokens, window, seconds, elapsed, norm, lr, objective: str = "mean") -> dict:
-    """`loss` and `ppl`: per direction trained, so `forward`'s are the forward LM's, not a mean with an untrained one."""
-    loss_f, loss_b = window["loss_f"] / window["steps"], window["loss_b"] / window["steps"]
-    w_f, w_b = OBJECTIVES[objective]
-    loss = (w_f * loss_f + w_b * loss_b) / (w_f + w_b)
-    return {"step": step, "tokens": tokens, "loss": loss, "loss_forward": loss_f, "loss_backward": loss_b,
-            "ppl": math.exp(min(loss, 700.0)), "tok_s": window["tokens"] / max(seconds, 1e-9), "grad_norm": norm,
-            "lr": lr, "elapsed_s": round(elapsed, 3)}
