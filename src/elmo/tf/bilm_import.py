@@ -1,0 +1,152 @@
+"""bilm-tf checkpoints as models: `elmo import-tf` writes the model directory bilm-tf's `dump_weights` would, plus what
+it leaves out (the softmax, the vocabulary), so the checkpoint's language model scores text and trains on here.
+
+The names are mapped exactly as `dump_weights` maps its trainable variables (docs/format.md section 3.4): the `lm/`
+scope dropped, `rnn`/`multi_rnn_cell`/`cell_`/`lstm_cell` renamed, `kernel`/`bias`/`projection/kernel` to
+`W_0`/`B`/`W_P_0`; optimizer slots (`/Adagrad`), `global_step` and `train_perplexity` are not weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+
+from elmo.errors import ModelFileError
+from elmo.fileio import atomic_dir, check_not_input
+from elmo.options import OPTIONS_NAME
+from elmo.tf.checkpoint import TFCheckpoint, latest_checkpoint
+from elmo.weights import WEIGHTS_NAME
+
+SCOPE = "lm/"
+SOFTMAX_W, SOFTMAX_B = "lm/softmax/W", "lm/softmax/b"
+OPTIMIZER_SLOTS = ("/Adagrad",)
+RNN_RENAMES = [("/rnn/", "/RNN/"), ("/multi_rnn_cell/", "/MultiRNNCell/"), ("/cell_", "/Cell"),
+               ("/lstm_cell/", "/LSTMCell/")]
+
+
+def dump_weights_name(tf_name: str) -> str | None:
+    """The weights.hdf5 dataset bilm-tf's `dump_weights` writes for a checkpoint variable; None if it skips it."""
+    if not tf_name.startswith(SCOPE) or tf_name.endswith(OPTIMIZER_SLOTS) or "softmax" in tf_name:
+        return None
+    name = tf_name[len(SCOPE):]
+    for old, new in RNN_RENAMES:
+        name = name.replace(old, new)
+    if "/RNN/" in name:
+        if "projection" in name:
+            name = name.replace("projection/kernel", "W_P_0")
+        else:
+            name = re.sub("/kernel$", "/W_0", name)
+            name = re.sub("/bias$", "/B", name)
+    return name
+
+
+@dataclass(frozen=True)
+class BilmCheckpoint:
+    """A bilm-tf checkpoint with the options.json it was trained with and, for the softmax, its vocabulary."""
+    prefix: Path
+    options_file: Path
+    vocab_file: Path | None
+
+
+def find_bilm_checkpoint(reference: str | os.PathLike, options: str | os.PathLike | None = None,
+                         vocab: str | os.PathLike | None = None) -> BilmCheckpoint:
+    """A checkpoint prefix (or one of its files), or a bilm-tf run directory (its newest checkpoint). Without
+    `options`, the options.json beside the checkpoint; without `vocab`, a vocab.txt beside it, if any."""
+    path = Path(reference)
+    prefix = latest_checkpoint(path) if path.is_dir() else TFCheckpoint(path).prefix  # or the reason it is none
+    options_file = Path(options) if options else prefix.parent / OPTIONS_NAME
+    if not options_file.is_file():
+        raise ModelFileError(f"{options_file}: not found; a bilm-tf checkpoint needs the options.json it was trained "
+                             f"with (bilm-tf writes it to the run directory; pass --options)")
+    beside = prefix.parent / "vocab.txt"
+    vocab_file = Path(vocab) if vocab else beside if beside.is_file() else None
+    return BilmCheckpoint(prefix, options_file, vocab_file)
+
+
+def read_training_options(path: Path) -> dict:
+    try:
+        options = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelFileError(f"{path}: cannot read bilm-tf's options.json: {e}") from e
+    if not isinstance(options, dict) or "lstm" not in options:
+        raise ModelFileError(f"{path}: not bilm-tf options (expected an object with 'lstm' and 'char_cnn')")
+    if "char_cnn" not in options:
+        raise ModelFileError(f"{path}: a word-input bilm-tf model (no 'char_cnn'); only character models are read")
+    return options
+
+
+def biLM_tensors(ckpt: TFCheckpoint) -> dict[str, str]:
+    """weights.hdf5 name -> checkpoint name, for every variable dump_weights writes."""
+    mapped = {}
+    for name in ckpt.names():
+        out = dump_weights_name(name)
+        if out is not None:
+            mapped[out] = name
+    if "char_embed" not in mapped or not any(n.startswith("RNN_") for n in mapped):
+        raise ModelFileError(f"{ckpt.prefix}: not a bilm-tf character model's checkpoint (no lm/char_embed or "
+                             f"lm/RNN_* variables among its {len(ckpt.entries)} tensors)")
+    return mapped
+
+
+def write_weights(ckpt: TFCheckpoint, path: Path) -> None:
+    """weights.hdf5 as dump_weights writes it: float32 datasets, one per biLM variable, read one at a time."""
+    with h5py.File(path, "w") as f:
+        for out, name in sorted(biLM_tensors(ckpt).items()):
+            entry = ckpt.entry(name)
+            if entry.dtype not in ("float32", "float16", "float64", "bfloat16"):
+                raise ModelFileError(f"{ckpt.prefix}: variable {name!r} is {entry.dtype}, expected floats")
+            f.create_dataset(out, entry.shape, dtype="float32")[...] = ckpt.read(name).astype(np.float32)
+
+
+def softmax_and_vocab(ckpt: TFCheckpoint, vocab_file: Path | None):
+    """The checkpoint's softmax as this package's Softmax module, checked against the vocabulary's size."""
+    from elmo.training.softmax import Softmax
+    from elmo.training.vocab import Vocab
+
+    if SOFTMAX_W not in ckpt.entries or SOFTMAX_B not in ckpt.entries:
+        raise ModelFileError(f"{ckpt.prefix}: no {SOFTMAX_W} and {SOFTMAX_B} (a checkpoint of bilm-tf's training "
+                             f"holds them; with share_embedding_softmax it does not)")
+    W, b = ckpt.read(SOFTMAX_W).astype(np.float32), ckpt.read(SOFTMAX_B).astype(np.float32)
+    if vocab_file is None:
+        raise ModelFileError(f"{ckpt.prefix}: the softmax has {W.shape[0]} rows, one per word of the training "
+                             f"vocabulary: pass that vocabulary file (--vocab)")
+    vocab = Vocab.load(vocab_file)
+    if len(vocab) != W.shape[0] or b.shape != (W.shape[0],):
+        raise ModelFileError(f"{vocab_file}: {len(vocab)} words, but the checkpoint's softmax has W {W.shape} and b "
+                             f"{b.shape}: is it the vocabulary the model was trained with?")
+    softmax = Softmax(W.shape[0], W.shape[1])
+    with torch.no_grad():
+        softmax.W.copy_(torch.from_numpy(W))
+        softmax.b.copy_(torch.from_numpy(b))
+    return softmax, vocab
+
+
+def import_bilm_checkpoint(source: BilmCheckpoint, out_dir: str | os.PathLike, overwrite: bool = False) -> Path:
+    """Write OUT: options.json (for prediction), weights.hdf5, softmax.hdf5 and vocab.txt, atomically."""
+    from elmo.training.export import inference_options
+    from elmo.training.softmax import SOFTMAX_NAME, save_softmax
+    from elmo.training.vocab import VOCAB_NAME, write_vocab
+
+    check_not_input(out_dir, {"CKPT_PREFIX": str(source.prefix), "--options": source.options_file,
+                              "--vocab": source.vocab_file}, flag="OUT", folder=True)
+    out = Path(out_dir)
+    names = (OPTIONS_NAME, WEIGHTS_NAME, SOFTMAX_NAME, VOCAB_NAME)
+    present = [n for n in names if (out / n).exists()]
+    if present and not overwrite:
+        raise ModelFileError(f"{out}: already holds {', '.join(present)}; pass --overwrite to replace them")
+    options = inference_options(read_training_options(source.options_file))
+    ckpt = TFCheckpoint(source.prefix)
+    softmax, vocab = softmax_and_vocab(ckpt, source.vocab_file)
+    with atomic_dir(out, replace=names) as tmp:
+        (Path(tmp) / OPTIONS_NAME).write_text(json.dumps(options, indent=1) + "\n", encoding="utf-8")
+        write_weights(ckpt, Path(tmp) / WEIGHTS_NAME)
+        save_softmax(softmax, Path(tmp) / SOFTMAX_NAME)
+        write_vocab(vocab.tokens, Path(tmp) / VOCAB_NAME)
+    return out
