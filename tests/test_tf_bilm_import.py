@@ -5,6 +5,7 @@ vectors, and the perplexity bilm-tf's `test()` computed on tests/data/tf/heldout
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -96,8 +97,6 @@ def test_a_prefix_or_a_run_directory(vocab):
 
 
 def test_refusals(tmp_path, vocab):
-    with pytest.raises(ModelFileError, match="pass that vocabulary file"):
-        import_bilm_checkpoint(find_bilm_checkpoint(RUN), tmp_path / "a")
     (tmp_path / "short.txt").write_text("<S>\n</S>\n<UNK>\n")
     with pytest.raises(ModelFileError, match=r"3 words, but the checkpoint's softmax has W \(32, 8\)"):
         import_bilm_checkpoint(find_bilm_checkpoint(RUN, vocab=tmp_path / "short.txt"), tmp_path / "a")
@@ -126,3 +125,46 @@ def test_fine_tuning_starts_from_it(imported, vocab, tmp_path):
     assert main(["train", "--init-from", str(imported), "--vocab", str(vocab), "--train", str(data),
                  "--out", str(tmp_path / "run"), "--max-steps", "1", *flags]) == 0
     shutil.rmtree(tmp_path / "run")
+
+
+def test_without_a_vocabulary_the_softmax_is_kept(tmp_path, vocab, capsys):
+    out = tmp_path / "model"
+    assert main(["import-tf", str(RUN / EXPECTED["checkpoint"]), str(out)]) == 0
+    assert "no vocabulary given" in capsys.readouterr().out
+    assert (out / "softmax.hdf5").is_file() and not (out / "vocab.txt").exists()
+    assert main(["perplexity", str(out), "--vocab", str(vocab), "--test", str(DATA / EXPECTED["heldout"]),
+                 "--batch-size", "1"]) == 0
+    assert f"{EXPECTED['perplexity']:.2f}" in capsys.readouterr().out
+
+
+def test_the_lab_predicts_words_with_it(imported):
+    from elmo.lab.lm_head import LMHead
+
+    head = LMHead.from_files(imported / "vocab.txt", imported / "softmax.hdf5", projection_dim=8)
+    assert head.dim == 8 and head.vocab[:3] == ["<S>", "</S>", "<UNK>"]
+
+
+@pytest.fixture
+def run_with_vocab(tmp_path, vocab, monkeypatch):
+    monkeypatch.setenv("ELMO_CACHE", str(tmp_path / "elmo-cache"))
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    shutil.copy(vocab, run / "vocab-2016-09-10.txt")  # named as bilm-tf's README names the original's
+    return run
+
+
+def test_a_run_directory_or_prefix_as_a_model_reference(run_with_vocab, tmp_path):
+    from elmo.tf.reference import imported_model_dir, is_bilm_tf_reference
+
+    run = run_with_vocab
+    prefix = run / EXPECTED["checkpoint"]
+    assert is_bilm_tf_reference(run) and is_bilm_tf_reference(prefix) and is_bilm_tf_reference(f"{prefix}.index")
+    assert not is_bilm_tf_reference(DATA / "dtypes" / "ckpt") and not is_bilm_tf_reference(tmp_path)
+    model = imported_model_dir(run)
+    assert model.is_relative_to(tmp_path / "elmo-cache") and (model / "vocab.txt").is_file()
+    stamp = (model / "weights.hdf5").stat().st_mtime_ns
+    assert imported_model_dir(prefix) == model and (model / "weights.hdf5").stat().st_mtime_ns == stamp  # imported once
+    assert datasets(model / "weights.hdf5").keys() == datasets(DATA / "bilm-weights.hdf5").keys()
+    (run / "options.json").touch()
+    os.utime(run / "options.json", ns=(1, 1))  # a changed input: imported again, elsewhere
+    assert imported_model_dir(run) != model

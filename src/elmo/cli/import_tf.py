@@ -28,4 +28,7 @@ def run_import_tf(args: argparse.Namespace) -> int:
     source = find_bilm_checkpoint(args.checkpoint, args.options, args.vocab)
     out = import_bilm_checkpoint(source, args.output, overwrite=args.overwrite)
     print(f"wrote {out} from {source.prefix} (options {source.options_file}, vocabulary {source.vocab_file})")
+    if source.vocab_file is None:
+        print("no vocabulary given: vectors work; to score text pass the training vocabulary to `elmo perplexity "
+              "--vocab`, or import again with --vocab")
     return 0

@@ -106,7 +106,7 @@ def write_weights(ckpt: TFCheckpoint, path: Path) -> None:
 
 
 def softmax_and_vocab(ckpt: TFCheckpoint, vocab_file: Path | None):
-    """The checkpoint's softmax as this package's Softmax module, checked against the vocabulary's size."""
+    """The checkpoint's softmax as this package's Softmax module, and the vocabulary (if given) of its size."""
     from elmo.training.softmax import Softmax
     from elmo.training.vocab import Vocab
 
@@ -114,11 +114,10 @@ def softmax_and_vocab(ckpt: TFCheckpoint, vocab_file: Path | None):
         raise ModelFileError(f"{ckpt.prefix}: no {SOFTMAX_W} and {SOFTMAX_B} (a checkpoint of bilm-tf's training "
                              f"holds them; with share_embedding_softmax it does not)")
     W, b = ckpt.read(SOFTMAX_W).astype(np.float32), ckpt.read(SOFTMAX_B).astype(np.float32)
-    if vocab_file is None:
-        raise ModelFileError(f"{ckpt.prefix}: the softmax has {W.shape[0]} rows, one per word of the training "
-                             f"vocabulary: pass that vocabulary file (--vocab)")
-    vocab = Vocab.load(vocab_file)
-    if len(vocab) != W.shape[0] or b.shape != (W.shape[0],):
+    if W.ndim != 2 or b.shape != (W.shape[0],):
+        raise ModelFileError(f"{ckpt.prefix}: softmax W {W.shape} and b {b.shape} do not fit together")
+    vocab = Vocab.load(vocab_file) if vocab_file is not None else None
+    if vocab is not None and len(vocab) != W.shape[0]:
         raise ModelFileError(f"{vocab_file}: {len(vocab)} words, but the checkpoint's softmax has W {W.shape} and b "
                              f"{b.shape}: is it the vocabulary the model was trained with?")
     softmax = Softmax(W.shape[0], W.shape[1])
@@ -129,7 +128,8 @@ def softmax_and_vocab(ckpt: TFCheckpoint, vocab_file: Path | None):
 
 
 def import_bilm_checkpoint(source: BilmCheckpoint, out_dir: str | os.PathLike, overwrite: bool = False) -> Path:
-    """Write OUT: options.json (for prediction), weights.hdf5, softmax.hdf5 and vocab.txt, atomically."""
+    """Write OUT: options.json (for prediction), weights.hdf5, softmax.hdf5 and (when known) vocab.txt, atomically.
+    Without vocab.txt, scoring text needs the training vocabulary given again (`elmo perplexity --vocab`)."""
     from elmo.training.export import inference_options
     from elmo.training.softmax import SOFTMAX_NAME, save_softmax
     from elmo.training.vocab import VOCAB_NAME, write_vocab
@@ -148,5 +148,6 @@ def import_bilm_checkpoint(source: BilmCheckpoint, out_dir: str | os.PathLike, o
         (Path(tmp) / OPTIONS_NAME).write_text(json.dumps(options, indent=1) + "\n", encoding="utf-8")
         write_weights(ckpt, Path(tmp) / WEIGHTS_NAME)
         save_softmax(softmax, Path(tmp) / SOFTMAX_NAME)
-        write_vocab(vocab.tokens, Path(tmp) / VOCAB_NAME)
+        if vocab is not None:
+            write_vocab(vocab.tokens, Path(tmp) / VOCAB_NAME)
     return out

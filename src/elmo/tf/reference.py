@@ -1,0 +1,74 @@
+"""A bilm-tf checkpoint as a model reference: `--model model.ckpt-N` or `--model RUN_DIR` works like a model directory.
+
+The checkpoint is imported once (elmo.tf.bilm_import) into `$ELMO_CACHE/local/tf-<key>/model`, keyed by the
+checkpoint's, options' and vocabulary's resolved paths, sizes and modification times: a newer checkpoint is imported
+again, the original files are never touched. A bilm-tf run directory is options.json + the `checkpoint` file naming
+the newest checkpoint (+ its files), without weights.hdf5; the vocabulary is a vocab.txt (or one vocab*.txt) beside.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from elmo.options import OPTIONS_NAME
+from elmo.tf.checkpoint import checkpoint_prefix, is_checkpoint_prefix
+from elmo.weights import WEIGHTS_NAME
+
+CHECKPOINT_INDEX = "checkpoint"  # the text file where TensorFlow's Saver names the newest checkpoint
+CACHE_PREFIX = "tf-"
+
+
+def is_bilm_tf_run(path: str | os.PathLike) -> bool:
+    d = Path(path)
+    return (d.is_dir() and (d / CHECKPOINT_INDEX).is_file() and (d / OPTIONS_NAME).is_file()
+            and not (d / WEIGHTS_NAME).is_file())
+
+
+def is_bilm_tf_reference(text: str | os.PathLike) -> bool:
+    """A bilm-tf run directory, or a checkpoint prefix (or one of its files) with options.json beside it."""
+    path = Path(text)
+    if is_bilm_tf_run(path):
+        return True
+    return is_checkpoint_prefix(path) and (checkpoint_prefix(path).parent / OPTIONS_NAME).is_file()
+
+
+def vocab_beside(directory: Path) -> Path | None:
+    """vocab.txt, else the one vocab*.txt (bilm-tf's README names it vocab-2016-09-10.txt) of the directory."""
+    if (directory / "vocab.txt").is_file():
+        return directory / "vocab.txt"
+    found = sorted(directory.glob("vocab*.txt"))
+    return found[0] if len(found) == 1 else None
+
+
+def _stamp(path: Path | None) -> str:
+    if path is None:
+        return "-"
+    stat = path.stat()
+    return f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def imported_model_dir(text: str | os.PathLike) -> Path:
+    """The model directory of a bilm-tf checkpoint or run directory, imported into the cache on first use."""
+    from filelock import FileLock
+
+    from elmo.hub.cache import cache_root
+    from elmo.tf.bilm_import import find_bilm_checkpoint, import_bilm_checkpoint
+    from elmo.tf.checkpoint import TFCheckpoint
+
+    path = Path(text)
+    directory = path if path.is_dir() else checkpoint_prefix(path).parent
+    source = find_bilm_checkpoint(path, vocab=vocab_beside(directory))
+    ckpt = TFCheckpoint(source.prefix)
+    files = [ckpt.index_path, *(ckpt.shard_path(i) for i in range(ckpt.header.num_shards)), source.options_file,
+             source.vocab_file]
+    key = "\n".join(_stamp(f) for f in files)
+    folder = cache_root() / "local" / (CACHE_PREFIX + hashlib.sha256(key.encode("utf-8")).hexdigest()[:32])
+    model = folder / "model"
+    if not (model / WEIGHTS_NAME).is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        with FileLock(folder / ".lock"):
+            if not (model / WEIGHTS_NAME).is_file():
+                import_bilm_checkpoint(source, model, overwrite=True)
+    return model
