@@ -72,3 +72,55 @@ def imported_model_dir(text: str | os.PathLike) -> Path:
             if not (model / WEIGHTS_NAME).is_file():
                 import_bilm_checkpoint(source, model, overwrite=True)
     return model
+
+
+CHECKPOINT_ROLES = ("options", "index", "data", "vocab")
+
+
+def _link(target: Path, link: Path) -> None:
+    """`link` names `target`: a hard link where the file system allows, else a symbolic one (never a copy)."""
+    try:
+        os.link(target, link)
+    except OSError:
+        os.symlink(target.resolve(), link)
+
+
+def checkpoint_from_files(files: dict[str, Path], prefix_name: str) -> Path:
+    """Checkpoint files that lie apart (a catalog entry's, each in its own cache entry) as a model directory: linked
+    side by side into a bilm-tf run directory, then imported once."""
+    from filelock import FileLock
+
+    from elmo.hub.cache import cache_root
+
+    missing = [role for role in CHECKPOINT_ROLES[:3] if role not in files]
+    if missing:
+        raise ValueError(f"a TensorFlow checkpoint entry needs the files {CHECKPOINT_ROLES[:3]}; missing {missing}")
+    key = prefix_name + "\n" + "\n".join(f"{role}={_stamp(files.get(role))}" for role in CHECKPOINT_ROLES)
+    folder = cache_root() / "local" / (CACHE_PREFIX + "files-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:32])
+    run = folder / "run"
+    if not (run / CHECKPOINT_INDEX).is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        with FileLock(folder / ".lock"):
+            if not (run / CHECKPOINT_INDEX).is_file():
+                import shutil
+
+                shutil.rmtree(run, ignore_errors=True)
+                run.mkdir()
+                names = {"options": OPTIONS_NAME, "index": f"{prefix_name}.index",
+                         "data": f"{prefix_name}.data-00000-of-00001", "vocab": "vocab.txt"}
+                for role, path in files.items():
+                    _link(Path(path), run / names[role])
+                (run / CHECKPOINT_INDEX).write_text(f'model_checkpoint_path: "{prefix_name}"\n', encoding="utf-8")
+    return imported_model_dir(run)
+
+
+def fetch_published_checkpoint(files: dict, timeout: float | None = None) -> Path:
+    """A catalog entry of format "tf-checkpoint" (role -> RemoteFile: options, index, data, vocab): each file
+    fetched (or found in the cache), then imported as a model directory."""
+    from urllib.parse import urlsplit
+
+    from elmo.hub.fetch import fetch
+
+    local = {role: fetch(remote.url, timeout, remote) for role, remote in files.items()}
+    prefix_name = Path(urlsplit(files["index"].url).path).name.removesuffix(".index")
+    return checkpoint_from_files(local, prefix_name)

@@ -1,0 +1,57 @@
+"""Issue #58 item 2: bilm-tf checkpoints as model references, and a catalog entry's checkpoint files fetched from a
+server (here one on 127.0.0.1 serving tests/data/tf's tiny bilm-tf checkpoint in the original's place)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import BILM_TF, need
+from hub_server import serve
+
+pytest.importorskip("google_crc32c", reason="the `tf` extra (google-crc32c) is not installed")
+
+from elmo.hub.catalog import RemoteFile  # noqa: E402
+from elmo.tf.reference import fetch_published_checkpoint  # noqa: E402
+
+DATA = Path(__file__).parent / "data" / "tf"
+EXPECTED = json.loads((DATA / "expected.json").read_text(encoding="utf-8"))["bilm_tf_test"]
+NAME = EXPECTED["checkpoint"]
+ORIGINAL_DIR = "/allennlp/models/elmo/2x4096_512_2048cnn_2xhighway_tf_checkpoint"
+
+
+@pytest.fixture
+def checkpoint_server(tmp_path, monkeypatch):
+    monkeypatch.setenv("ELMO_CACHE", str(tmp_path / "elmo-cache"))
+    monkeypatch.setenv("ALLENNLP_CACHE_ROOT", str(tmp_path / "allennlp"))
+    monkeypatch.delenv("ELMO_OFFLINE", raising=False)
+    run = DATA / "bilm-run"
+    files = {f"{ORIGINAL_DIR}/options.json": (run / "options.json").read_bytes(),
+             f"{ORIGINAL_DIR}/{NAME}.index": (run / f"{NAME}.index").read_bytes(),
+             f"{ORIGINAL_DIR}/{NAME}.data-00000-of-00001": (run / f"{NAME}.data-00000-of-00001").read_bytes(),
+             "/allennlp/models/elmo/vocab-2016-09-10.txt": need(BILM_TF / "train" / "vocab.txt").read_bytes()}
+    with serve(files) as server:
+        yield server
+
+
+def remote_files(server) -> dict[str, RemoteFile]:
+    base = f"http://127.0.0.1:{server.server_port}"
+    return {"options": RemoteFile(f"{base}{ORIGINAL_DIR}/options.json"),
+            "index": RemoteFile(f"{base}{ORIGINAL_DIR}/{NAME}.index"),
+            "data": RemoteFile(f"{base}{ORIGINAL_DIR}/{NAME}.data-00000-of-00001"),
+            "vocab": RemoteFile(f"{base}/allennlp/models/elmo/vocab-2016-09-10.txt")}
+
+
+def test_published_checkpoint_files_become_a_model_then_work_offline(checkpoint_server, monkeypatch):
+    from elmo.training.perplexity import load_for_scoring, perplexity
+
+    files = remote_files(checkpoint_server)
+    model = fetch_published_checkpoint(files)
+    assert {p.name for p in model.iterdir()} >= {"options.json", "weights.hdf5", "softmax.hdf5", "vocab.txt"}
+    gets = sum(checkpoint_server.gets.values())
+    monkeypatch.setenv("ELMO_OFFLINE", "1")
+    assert fetch_published_checkpoint(files) == model and sum(checkpoint_server.gets.values()) == gets
+    lm, vocab = load_for_scoring(model)
+    got = perplexity(lm, vocab, str(DATA / EXPECTED["heldout"]), batch_size=1)
+    assert got["average"] == pytest.approx(EXPECTED["perplexity"], rel=1e-5)
