@@ -16,7 +16,6 @@ from pathlib import Path
 
 import h5py
 import numpy as np
-import torch
 
 from elmo.errors import ModelFileError
 from elmo.fileio import atomic_dir, check_not_input
@@ -102,36 +101,43 @@ def write_weights(ckpt: TFCheckpoint, path: Path) -> None:
             entry = ckpt.entry(name)
             if entry.dtype not in ("float32", "float16", "float64", "bfloat16"):
                 raise ModelFileError(f"{ckpt.prefix}: variable {name!r} is {entry.dtype}, expected floats")
-            f.create_dataset(out, entry.shape, dtype="float32")[...] = ckpt.read(name).astype(np.float32)
+            f.create_dataset(out, entry.shape, dtype="float32")[...] = np.asarray(ckpt.read(name), dtype=np.float32)
 
 
-def softmax_and_vocab(ckpt: TFCheckpoint, vocab_file: Path | None):
-    """The checkpoint's softmax as this package's Softmax module, and the vocabulary (if given) of its size."""
-    from elmo.training.softmax import Softmax
-    from elmo.training.vocab import Vocab
-
+def read_softmax(ckpt: TFCheckpoint) -> tuple[np.ndarray, np.ndarray]:
+    """lm/softmax/W (V, P) and b (V,) as float32, without copies (the original's W alone is 1.6 GB)."""
     if SOFTMAX_W not in ckpt.entries or SOFTMAX_B not in ckpt.entries:
         raise ModelFileError(f"{ckpt.prefix}: no {SOFTMAX_W} and {SOFTMAX_B} (a checkpoint of bilm-tf's training "
                              f"holds them; with share_embedding_softmax it does not)")
-    W, b = ckpt.read(SOFTMAX_W).astype(np.float32), ckpt.read(SOFTMAX_B).astype(np.float32)
+    W, b = (np.asarray(ckpt.read(name), dtype=np.float32) for name in (SOFTMAX_W, SOFTMAX_B))
     if W.ndim != 2 or b.shape != (W.shape[0],):
         raise ModelFileError(f"{ckpt.prefix}: softmax W {W.shape} and b {b.shape} do not fit together")
+    return W, b
+
+
+def matching_vocab(vocab_file: Path | None, rows: int, prefix: Path):
+    """The vocabulary (if given), checked to have one word per softmax row."""
+    from elmo.training.vocab import Vocab
+
     vocab = Vocab.load(vocab_file) if vocab_file is not None else None
-    if vocab is not None and len(vocab) != W.shape[0]:
-        raise ModelFileError(f"{vocab_file}: {len(vocab)} words, but the checkpoint's softmax has W {W.shape} and b "
-                             f"{b.shape}: is it the vocabulary the model was trained with?")
-    softmax = Softmax(W.shape[0], W.shape[1])
-    with torch.no_grad():
-        softmax.W.copy_(torch.from_numpy(W))
-        softmax.b.copy_(torch.from_numpy(b))
-    return softmax, vocab
+    if vocab is not None and len(vocab) != rows:
+        raise ModelFileError(f"{vocab_file}: {len(vocab)} words, but the softmax of {prefix} has {rows} rows: is it "
+                             f"the vocabulary the model was trained with?")
+    return vocab
+
+
+def write_softmax(W: np.ndarray, b: np.ndarray, path: Path) -> None:
+    """softmax.hdf5 in the layout `elmo export` writes (elmo.training.softmax.save_softmax): float32 W and b."""
+    with h5py.File(path, "w") as f:
+        f.create_dataset("W", data=W)
+        f.create_dataset("b", data=b)
 
 
 def import_bilm_checkpoint(source: BilmCheckpoint, out_dir: str | os.PathLike, overwrite: bool = False) -> Path:
     """Write OUT: options.json (for prediction), weights.hdf5, softmax.hdf5 and (when known) vocab.txt, atomically.
     Without vocab.txt, scoring text needs the training vocabulary given again (`elmo perplexity --vocab`)."""
     from elmo.training.export import inference_options
-    from elmo.training.softmax import SOFTMAX_NAME, save_softmax
+    from elmo.training.softmax import SOFTMAX_NAME
     from elmo.training.vocab import VOCAB_NAME, write_vocab
 
     check_not_input(out_dir, {"CKPT_PREFIX": str(source.prefix), "--options": source.options_file,
@@ -143,11 +149,12 @@ def import_bilm_checkpoint(source: BilmCheckpoint, out_dir: str | os.PathLike, o
         raise ModelFileError(f"{out}: already holds {', '.join(present)}; pass --overwrite to replace them")
     options = inference_options(read_training_options(source.options_file))
     ckpt = TFCheckpoint(source.prefix)
-    softmax, vocab = softmax_and_vocab(ckpt, source.vocab_file)
+    W, b = read_softmax(ckpt)
+    vocab = matching_vocab(source.vocab_file, W.shape[0], ckpt.prefix)
     with atomic_dir(out, replace=names) as tmp:
         (Path(tmp) / OPTIONS_NAME).write_text(json.dumps(options, indent=1) + "\n", encoding="utf-8")
         write_weights(ckpt, Path(tmp) / WEIGHTS_NAME)
-        save_softmax(softmax, Path(tmp) / SOFTMAX_NAME)
+        write_softmax(W, b, Path(tmp) / SOFTMAX_NAME)
         if vocab is not None:
             write_vocab(vocab.tokens, Path(tmp) / VOCAB_NAME)
     return out
