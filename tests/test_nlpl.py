@@ -177,7 +177,8 @@ def test_catalog_nlpl_entries_agree_with_their_recorded_sources():
         model_id = m.name.removeprefix("nlpl-")
         by_fact = {s.fact.split(" ")[0].rstrip(","): s for s in m.sources}
         listing = by_fact["id"].says
-        assert listing.startswith(f"ID {model_id}") and all(s.url.startswith(("http://", "https://")) for s in m.sources)
+        assert listing.startswith(f"ID {model_id}")
+        assert all(s.url.startswith(("http://", "https://")) for s in m.sources)
         assert m.archive.url == NLPL_URL.format(model_id)
         pattern = by_fact["url"].says
         example = pattern.rsplit(" ", 1)[-1]
