@@ -214,3 +214,4 @@ def test_bad_arguments_are_clear_errors(model_dirs):
     with pytest.raises(ModelFileError):
         ElmoModel().load(str(model_dirs["allennlp"] / "no-such-model"))
     assert model.get_elmo_vectors([]).shape == (0, 0, 32)
+    assert model.get_elmo_vectors(iter([["a", "b"]])).shape == (1, 2, 32)  # any iterable of sentences

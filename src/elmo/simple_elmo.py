@@ -198,10 +198,11 @@ def check_layer_mode(layers: object) -> None:
 
 def check_texts(texts: Sequence[Sequence[str]]) -> list[Sequence[str]]:
     """Tokenized sentences: a plain string would be read one character per token, silently."""
-    if isinstance(texts, str) or any(isinstance(t, str) or not all(isinstance(w, str) for w in t) for t in texts):
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    if any(isinstance(t, str) or not all(isinstance(w, str) for w in t) for t in texts):
         raise InputError("texts must be tokenized sentences (a list of lists of str); split strings first, "
                          "e.g. [s.split() for s in sentences]")
-    return list(texts)
+    return texts
 
 
 def pick_layers(arr: np.ndarray, mode: str) -> np.ndarray:
