@@ -55,3 +55,18 @@ def test_published_checkpoint_files_become_a_model_then_work_offline(checkpoint_
     lm, vocab = load_for_scoring(model)
     got = perplexity(lm, vocab, str(DATA / EXPECTED["heldout"]), batch_size=1)
     assert got["average"] == pytest.approx(EXPECTED["perplexity"], rel=1e-5)
+
+
+def test_the_catalog_entry_names_the_published_files():
+    """original-lm: the URLs bilm-tf's README gives for its checkpoint (options, index, data) and vocabulary."""
+    from elmo.hub.catalog import find_published
+
+    model = find_published("original-lm")
+    assert model is find_published("original-tf-checkpoint") and model.format == "tf-checkpoint"
+    files = dict(model.checkpoint_files)
+    assert sorted(files) == ["data", "index", "options", "vocab"]
+    says = " ".join(s.says for s in model.sources if s.fact.startswith("urls"))
+    for remote in files.values():
+        assert f"({remote.url})" in says, remote.url
+    assert files["index"].url.endswith("/2x4096_512_2048cnn_2xhighway_tf_checkpoint/model.ckpt-935588.index")
+    assert files["vocab"].url.endswith("/vocab-2016-09-10.txt")

@@ -44,7 +44,8 @@ class FactSource:
 @dataclass(frozen=True)
 class PublishedModel:
     """A catalog entry. `format` is "allennlp" (options + weights files), "manylangs" or "nlpl" (an
-    archive: ELMoForManyLangs' files, or NLPL's options.json + model.hdf5). NLPL entries carry
+    archive: ELMoForManyLangs' files, or NLPL's options.json + model.hdf5), or "tf-checkpoint" (a bilm-tf
+    TensorFlow checkpoint with its softmax: `checkpoint_files` options, index, data and vocab). NLPL entries carry
     `language`, `preprocessing` ("tokens" or "lemmas") and the source of each fact in `sources`."""
 
     name: str
@@ -59,6 +60,7 @@ class PublishedModel:
     options: RemoteFile | None = None
     weights: RemoteFile | None = None
     archive: RemoteFile | None = None
+    checkpoint_files: tuple[tuple[str, RemoteFile], ...] = ()  # format "tf-checkpoint": role -> file (elmo.tf.reference)
     old_urls: tuple[str, ...] = ()
     language: str | None = None
     preprocessing: str | None = None
@@ -66,7 +68,8 @@ class PublishedModel:
 
     @property
     def remote_files(self) -> tuple[RemoteFile, ...]:
-        return tuple(f for f in (self.options, self.weights, self.archive) if f is not None)
+        return tuple(f for f in (self.options, self.weights, self.archive) if f is not None) + tuple(
+            f for _, f in self.checkpoint_files)
 
     @property
     def download_size(self) -> int | None:
@@ -79,7 +82,9 @@ def _model(entry: dict) -> PublishedModel:
     entry = dict(entry)
     files = entry.pop("files", {})
     archive = entry.pop("archive", None)
+    checkpoint = entry.pop("checkpoint_files", {})
     return PublishedModel(
+        checkpoint_files=tuple((role, RemoteFile(**f)) for role, f in checkpoint.items()),
         aliases=tuple(entry.pop("aliases")), old_urls=tuple(entry.pop("old_urls", ())),
         options=RemoteFile(**files["options"]) if files else None,
         weights=RemoteFile(**files["weights"]) if files else None,
