@@ -1,0 +1,181 @@
+"""flair's `ELMoEmbeddings`, on this package's biLM: `from elmo.integrations.flair import ELMoEmbeddings`.
+
+Same constructor as flair's own (flair/embeddings/legacy.py, which needs AllenNLP 0.9): `model`
+(flair's names original, small, medium, large, 5.5B, pt, portuguese, pubmed, and every reference
+`elmo.models.resolve` knows), or `options_file` + `weight_file`; `embedding_mode` "all" (the layers
+concatenated), "top" or "average". The biLM is frozen and runs once per flair mini-batch on
+`flair.device`.
+
+What a saved tagger holds (`save=`): "weights" (default) puts the biLM's weights in the tagger's file,
+which then loads anywhere with nothing else (10.9 MB for the bundled model, 375 MB for `original`);
+"reference" stores only the model reference and the sha256 fingerprint of its weights, and loading
+resolves the reference (from the cache, or downloads it) and refuses weights that differ. Either
+way the saved record is an instance of a class of this module, so unpickling the tagger imports it
+and registers the class with flair: a fresh process needs no import (docs/integrations.md).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import flair
+import torch
+from flair.data import Sentence
+from flair.embeddings import TokenEmbeddings
+from flair.embeddings.base import register_embeddings
+
+from ..bilm import BiLM
+from ..errors import InputError, ModelFileError
+from ..fingerprints import model_fingerprint
+from ..models import Model
+from ..options import BiLMConfig
+from .common import layers_in_batch, parameter_device, resolve_reference
+
+EMBEDDING_MODES = ("all", "top", "average")
+SAVE_CHOICES = ("weights", "reference")
+
+
+@dataclass(frozen=True)
+class SavedELMo:
+    """What a saved flair model keeps of an ELMoEmbeddings (its `to_params`): settings, architecture, fingerprint.
+
+    Its class living in this module is what makes `SequenceTagger.load` import (and so register) it."""
+
+    model: str | None
+    files: tuple[str, str] | None  # options_file, weight_file when given instead of a model
+    embedding_mode: str
+    save: str
+    options: dict
+    char_rows: int
+    fingerprint: str
+    name: str
+
+
+def register() -> None:
+    """Registration happens on import; this is the one call for code that wants to say so explicitly."""
+
+
+@register_embeddings("elmo.ELMoEmbeddings")
+class ELMoEmbeddings(TokenEmbeddings):
+    """Contextual word vectors from an ELMo biLM (Peters et al. 2018) for flair Sentences."""
+
+    def __init__(self, model: str | os.PathLike | Model = "original", options_file: str | os.PathLike | None = None,
+                 weight_file: str | os.PathLike | None = None, embedding_mode: str = "all", save: str = "weights",
+                 *, _saved: SavedELMo | None = None):
+        _check_choice("embedding_mode", embedding_mode, EMBEDDING_MODES)
+        _check_choice("save", save, SAVE_CHOICES)
+        if _saved is None:
+            resolved = resolve_reference(model, options_file, weight_file)
+            bilm, reference = resolved.load(), resolved.name
+            files = None if options_file is None else (os.fspath(options_file), os.fspath(weight_file))
+            model = None if files else (model.name if isinstance(model, Model) else os.fspath(model))
+        else:
+            bilm, model, files = _bilm_from_record(_saved), _saved.model, _saved.files
+            reference = model if files is None else " + ".join(files)
+        if save == "weights" and bilm.lexicon is not None:
+            raise InputError(f"{reference}: a model with its own lexicon (ELMoForManyLangs) is saved by reference; "
+                             "pass save='reference'")
+        self._base_name = _saved.name if _saved else f"elmo-{_short_name(model, options_file)}"
+        self.name = self._base_name
+        self.static_embeddings = True
+        super().__init__()
+        self.model_reference = reference
+        self._saved_reference = (model, files)
+        self.embedding_mode = embedding_mode
+        self.save_mode = save
+        self._fingerprint = _saved.fingerprint if _saved else None
+        if save == "weights":
+            self.bilm = bilm  # a submodule: its weights go into the tagger's state_dict
+        else:
+            object.__setattr__(self, "_reference_bilm", bilm)  # outside the module tree: not saved
+        self._layers = bilm.num_layers
+        self._dim = bilm.output_dim()
+        self.eval()
+
+    @property
+    def elmo_bilm(self) -> BiLM:
+        return self.bilm if self.save_mode == "weights" else self._reference_bilm
+
+    @property
+    def embedding_length(self) -> int:
+        return self._dim * self._layers if self.embedding_mode == "all" else self._dim
+
+    @property
+    def embedding_type(self) -> str:
+        return "word-level"
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of the biLM's architecture and weights (`elmo.fingerprints.model_fingerprint`), computed once."""
+        if self._fingerprint is None:
+            self._fingerprint = model_fingerprint(self.elmo_bilm)
+        return self._fingerprint
+
+    def _add_embeddings_internal(self, sentences: list[Sentence]) -> list[Sentence]:
+        """One biLM pass for the whole mini-batch; each token gets its row of the chosen view."""
+        bilm = self.elmo_bilm
+        if parameter_device(bilm) != flair.device:
+            bilm.to(flair.device)
+        tokens = [[token.text for token in sentence] for sentence in sentences]
+        for sentence, layers in zip(sentences, layers_in_batch(bilm, tokens, flair.device)):
+            vectors = self._view(layers)
+            for token, vector in zip(sentence, vectors):
+                token.set_embedding(self.name, vector)
+        return sentences
+
+    def _view(self, layers: torch.Tensor) -> torch.Tensor:
+        """(L+1, n, D) -> (n, embedding_length)."""
+        if self.embedding_mode == "all":
+            return layers.permute(1, 0, 2).reshape(layers.shape[1], -1)
+        return layers[-1] if self.embedding_mode == "top" else layers.mean(dim=0)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self.elmo_bilm.eval()  # frozen: no dropout or state, whatever flair's trainer asks
+        return self
+
+    def to_params(self) -> dict:
+        bilm = self.elmo_bilm
+        return {"saved": SavedELMo(*self._saved_reference, self.embedding_mode, self.save_mode,
+                                   bilm.config.to_options(), bilm.char_encoder.char_embed.shape[0],
+                                   self.fingerprint, self._base_name)}
+
+    @classmethod
+    def from_params(cls, params: dict) -> ELMoEmbeddings:
+        saved = params["saved"]
+        return cls(embedding_mode=saved.embedding_mode, save=saved.save, _saved=saved)
+
+    def extra_repr(self) -> str:
+        return f"model={self.model_reference!r}, embedding_mode={self.embedding_mode!r}, save={self.save_mode!r}"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _bilm_from_record(saved: SavedELMo) -> BiLM:
+    """"weights": the architecture alone (the tagger's state_dict fills it); "reference": resolved and checked."""
+    config = BiLMConfig.from_options(saved.options, source=f"the saved ELMoEmbeddings {saved.name}")
+    if saved.save == "weights":
+        return BiLM(config, char_rows=saved.char_rows)
+    bilm = resolve_reference(saved.model, *(saved.files or (None, None))).load()
+    found = model_fingerprint(bilm)
+    if found != saved.fingerprint:
+        where = saved.model if saved.files is None else " + ".join(saved.files)
+        raise ModelFileError(f"{where}: the flair model was saved with ELMo weights of fingerprint "
+                             f"{saved.fingerprint[:16]}..., but this reference now gives {found[:16]}...; "
+                             "restore the original model files, or save the tagger with save='weights'")
+    return bilm
+
+
+def _short_name(model: object, options_file: object) -> str:
+    if options_file is not None:
+        return os.path.basename(os.path.dirname(os.path.abspath(os.fspath(options_file)))) or "files"
+    if isinstance(model, Model):
+        return model.name
+    return os.fspath(model).rstrip("/").rsplit("/", 1)[-1]
+
+
+def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise InputError(f"{name} must be one of {', '.join(choices)}; found {value!r}")
