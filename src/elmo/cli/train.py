@@ -1,38 +1,18 @@
-"""`elmo vocab`, `elmo train`, `elmo perplexity`, `elmo export`: training biLMs on your own corpus."""
+"""`elmo train`: a biLM trained on a tokenized corpus (bilm-tf's recipe), or fine-tuned from a model (--init-from)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from ..devices import check_device
-from ..errors import InputError
-from ..fileio import json_text
 from ..options import read_options
 from ..training.data import BATCHINGS
-from ..training.perplexity import PERPLEXITY_MODES
 from ..training.presets import PRESETS
 from ..training.settings import LR_DEFAULTS, OBJECTIVES, WEIGHT_INITS
 from . import settings_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    for add in (_add_vocab, _add_train, _add_perplexity, _add_export):
-        add(sub)
-
-
-def _add_vocab(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("vocab", help="build a vocabulary file from a tokenized corpus",
-                       description="Count tokens and write <S>, </S>, <UNK>, then tokens by descending count "
-                       "(ties in text order), one per line.")
-    p.add_argument("corpus", nargs="+", help="files or globs of tokenized text, one sentence per line (.gz ok)")
-    p.add_argument("-o", "--output", required=True, help="vocabulary file to write")
-    p.add_argument("--min-count", type=int, default=1, help="keep tokens seen at least this often (default 1)")
-    p.add_argument("--max-size", type=int, default=None, help="keep at most this many lines, specials included")
-    p.set_defaults(func=run_vocab)
-
-
-def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a biLM (bilm-tf's recipe) on a tokenized corpus",
                        description="Train forward and backward LMs sharing the char CNN and softmax. Unset "
                        "training values come from the options' training keys, else the original recipe. "
@@ -40,7 +20,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                        "torchrun); SIGUSR1 saves one and goes on (under torchrun, signal the ranks: "
                        "pkill -USR1 -P TORCHRUN_PID).")
     p.add_argument("--train", nargs="+", help="files or globs of tokenized text, one sentence per line (.gz ok)")
-    p.add_argument("--vocab", help="vocabulary file (`elmo vocab`)")
+    p.add_argument("--vocab", help="vocabulary file (`elmo vocab`); with --init-from, default: the model's vocab.txt")
     arch = p.add_mutually_exclusive_group()
     arch.add_argument("--options", help="options.json with the architecture (training keys are read too)")
     arch.add_argument("--preset", choices=list(PRESETS), help="a built-in architecture (docs/training.md)")
@@ -109,54 +89,6 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_train)
 
 
-def _add_perplexity(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("perplexity", help="forward/backward/average perplexity of a model on held-out text")
-    p.add_argument("model", help="MODEL_DIR (with softmax.hdf5), bundled model name, or a training run directory")
-    p.add_argument("--test", nargs="+", required=True, help="files or globs of tokenized text, one sentence per line")
-    p.add_argument("--vocab", help="vocabulary (default: the model's vocab.txt)")
-    p.add_argument("--mode", choices=PERPLEXITY_MODES, default="stream",
-                   help="stream: state carried across sentences per row, as bilm-tf's test (default); sentence: each "
-                   "from zero state; document: each document (blank lines separate them) from zero state, each "
-                   "direction reading it in its own direction")
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--unroll-steps", type=int, default=20, help="window length in stream mode (does not change the result)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int)
-    p.add_argument("--json", action="store_true", help="print one JSON object: forward, backward, average, tokens")
-    p.add_argument("--no-progress", dest="progress", action="store_false",
-                   help="no progress bar (it goes to stderr, so --json output on stdout stays clean)")
-    p.set_defaults(func=run_perplexity)
-
-
-def _add_export(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("export", help="write a training run as a model directory in the original format")
-    p.add_argument("run_dir", help="training run directory")
-    p.add_argument("-o", "--output", required=True, help="MODEL_DIR to write")
-    p.add_argument("--checkpoint", help="a checkpoint file of the run (default: the latest)")
-    p.add_argument("--softmax-float16", action="store_true", help="store the softmax W as float16")
-    p.add_argument("--float16", action="store_true",
-                   help="store every weight (biLM and softmax) as float16: half the size, read back as float32; "
-                   "the original tools expect float32")
-    p.add_argument("--clip-float16", action="store_true",
-                   help="with --float16/--softmax-float16: clip weights beyond float16's range to +-65504 "
-                   "(without it such weights are refused, never stored as infinity)")
-    p.add_argument("--overwrite", action="store_true", help="replace existing files in MODEL_DIR")
-    p.set_defaults(func=run_export)
-
-
-def run_vocab(args: argparse.Namespace) -> int:
-    from ..fileio import check_not_input
-    from ..training.vocab import build_vocab, count_tokens, write_vocab
-
-    check_not_input(args.output, {"CORPUS": args.corpus}, flag="--output")
-    counts = count_tokens(args.corpus, progress=sys.stderr.isatty())
-    tokens = build_vocab(counts, args.min_count, args.max_size)
-    write_vocab(tokens, args.output)
-    print(f"{args.output}: {len(tokens):,} tokens ({len(counts):,} types, {sum(counts.values()):,} tokens in the corpus)",
-          file=sys.stderr)
-    return 0
-
-
 def run_train(args: argparse.Namespace) -> int:
     from ..training.presets import preset_options
     from ..training.trainer import TrainSettings, train
@@ -179,38 +111,4 @@ def run_train(args: argparse.Namespace) -> int:
     if summary.get("stopped_by") and summary.get("checkpoint"):  # rank 0 speaks for all
         print(f"stopped by {summary['stopped_by']} at step {summary.get('step')} of {summary['max_steps']}; continue with "
               f"`elmo train --out {summary['run_dir']} --resume`", file=sys.stderr)
-    return 0
-
-
-def run_perplexity(args: argparse.Namespace) -> int:
-    import torch
-
-    from ..training.perplexity import load_for_scoring, perplexity
-    from ..training.settings import MAX_TOKENS_PER_STEP
-
-    if args.batch_size <= 0 or args.unroll_steps <= 0:
-        raise InputError("--batch-size and --unroll-steps must be positive")
-    if args.batch_size * args.unroll_steps > MAX_TOKENS_PER_STEP:
-        raise InputError(f"--batch-size {args.batch_size} x --unroll-steps {args.unroll_steps} is more than "
-                         f"{MAX_TOKENS_PER_STEP:,} tokens per step")
-    check_device(args.device, "--device")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    model, vocab = load_for_scoring(args.model, args.vocab)
-    result = perplexity(model, vocab, args.test, mode=args.mode, batch_size=args.batch_size, unroll=args.unroll_steps,
-                        device=args.device, progress=args.progress)
-    if args.json:
-        print(json_text(result))  # an infinite perplexity is null, so the line stays JSON
-    else:
-        print(f"forward {result['forward']:.2f}  backward {result['backward']:.2f}  average {result['average']:.2f}  "
-              f"({result['tokens']:,} tokens, {result['mode']} mode)")
-    return 0
-
-
-def run_export(args: argparse.Namespace) -> int:
-    from ..training.export import export_run
-
-    files = export_run(args.run_dir, args.output, args.checkpoint, args.softmax_float16, args.overwrite, float16=args.float16,
-                       clip_float16=args.clip_float16)
-    print(f"{files.options_file.parent}: options.json, weights.hdf5, softmax.hdf5, vocab.txt", file=sys.stderr)
     return 0
