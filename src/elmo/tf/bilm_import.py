@@ -8,6 +8,7 @@ scope dropped, `rnn`/`multi_rnn_cell`/`cell_`/`lstm_cell` renamed, `kernel`/`bia
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -17,6 +18,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from elmo.chars import N_CODES
 from elmo.errors import ModelFileError
 from elmo.fileio import atomic_dir, check_not_input
 from elmo.options import OPTIONS_NAME
@@ -81,6 +83,14 @@ def read_training_options(path: Path) -> dict:
     return options
 
 
+def prediction_options(options: dict) -> dict:
+    """The options.json bilm-tf's README asks for at prediction: `lstm` and `char_cnn`, `n_characters` 262 (the
+    training char table's 261 rows plus the padding row prepended at load; as `elmo export` writes it)."""
+    out = {"lstm": copy.deepcopy(options["lstm"]), "char_cnn": copy.deepcopy(options["char_cnn"])}
+    out["char_cnn"]["n_characters"] = N_CODES + 1
+    return out
+
+
 def biLM_tensors(ckpt: TFCheckpoint) -> dict[str, str]:
     """weights.hdf5 name -> checkpoint name, for every variable dump_weights writes."""
     mapped = {}
@@ -136,7 +146,6 @@ def write_softmax(W: np.ndarray, b: np.ndarray, path: Path) -> None:
 def import_bilm_checkpoint(source: BilmCheckpoint, out_dir: str | os.PathLike, overwrite: bool = False) -> Path:
     """Write OUT: options.json (for prediction), weights.hdf5, softmax.hdf5 and (when known) vocab.txt, atomically.
     Without vocab.txt, scoring text needs the training vocabulary given again (`elmo perplexity --vocab`)."""
-    from elmo.training.export import inference_options
     from elmo.training.softmax import SOFTMAX_NAME
     from elmo.training.vocab import VOCAB_NAME, write_vocab
 
@@ -147,7 +156,7 @@ def import_bilm_checkpoint(source: BilmCheckpoint, out_dir: str | os.PathLike, o
     present = [n for n in names if (out / n).exists()]
     if present and not overwrite:
         raise ModelFileError(f"{out}: already holds {', '.join(present)}; pass --overwrite to replace them")
-    options = inference_options(read_training_options(source.options_file))
+    options = prediction_options(read_training_options(source.options_file))
     ckpt = TFCheckpoint(source.prefix)
     W, b = read_softmax(ckpt)
     vocab = matching_vocab(source.vocab_file, W.shape[0], ckpt.prefix)
