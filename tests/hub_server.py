@@ -1,7 +1,8 @@
 """A real HTTP server on 127.0.0.1 for the download tests: serves bytes, and misbehaves on request.
 
 `serve(files)` starts it in a thread; `server.files`, `.etag`, `.ranges`, `.content_length` and
-`.faults[path]` (one of "404", "403", "500", "cut", "short", "slow") change its behaviour between
+`.faults[path]` (one of "404", "403", "500", "cut", "short", "slow",
+"long" (Content-Length half the body), "html" (an HTML page with 200), "trickle" (a byte per trickle_seconds)) change its behaviour between
 requests; `server.gets[path]` counts the requests for each path, `server.ranges_asked` the Range headers.
 """
 
@@ -43,6 +44,8 @@ class Handler(BaseHTTPRequestHandler):
             body = body[: len(body) // 2]
         elif fault == "short":
             body = body[: len(body) - 7]
+        elif fault == "html":
+            data = body = b"<!DOCTYPE html><html><body>Sign in to continue</body></html>"
         self.send_response(status)
         if server.etag:
             self.send_header("ETag", '"' + hashlib.md5(data).hexdigest() + '"')
@@ -50,7 +53,9 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Accept-Ranges", "bytes")
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-        if server.content_length:
+        if fault == "long":  # a Content-Length of half the body: the client stops there
+            self.send_header("Content-Length", str((len(data) - start) // 2))
+        elif server.content_length:
             self.send_header("Content-Length", str(len(data) - start))
         else:
             self.send_header("Connection", "close")
@@ -69,6 +74,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def _send(self, body: bytes, fault: str | None) -> None:
         with contextlib.suppress(OSError):
+            if fault == "trickle":  # one byte at a time: never silent for long, never done
+                for i in range(len(body)):
+                    self.wfile.write(body[i:i + 1])
+                    self.wfile.flush()
+                    time.sleep(self.server.trickle_seconds)
             for i in range(0, len(body), 4096):
                 self.wfile.write(body[i:i + 4096])
                 if self.server.per_chunk_delay:
@@ -98,6 +108,7 @@ class TestServer(ThreadingHTTPServer):
         self.gets: Counter = Counter()
         self.ranges_asked: list[str] = []
         self.slow_seconds = 3.0
+        self.trickle_seconds = 0.2
         self.per_chunk_delay = 0.0
         self.lock = threading.Lock()
 

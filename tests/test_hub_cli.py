@@ -26,8 +26,8 @@ def test_models_lists_every_catalog_model_and_the_bundled_one(hub_env, capsys): 
 
 
 def test_download_by_url_prints_where_and_models_shows_cached(hub_env, capsys):  # noqa: F811
-    with serve({"/a/weights.hdf5": b"x" * 5000}) as server:
-        url = server.url("/a/weights.hdf5")
+    with serve({"/a/vocab.txt": b"x" * 5000}) as server:
+        url = server.url("/a/vocab.txt")
         assert main(["download", url]) == 0
         out = capsys.readouterr().out
         assert f"{url}: {fetch(url)}" in out and f"cache: {hub_env / 'elmo-cache'}" in out

@@ -32,7 +32,7 @@ def hub_env(tmp_path, monkeypatch):
 
 @pytest.fixture
 def server():
-    with serve({"/m/weights.hdf5": DATA}) as s:
+    with serve({"/m/blob.bin": DATA}) as s:
         yield s
 
 
@@ -45,13 +45,13 @@ def final_and_part(url: str) -> tuple[Path, Path]:
 @pytest.mark.parametrize("content_length", [True, False])
 def test_download_records_sha256_beside_the_file(hub_env, server, etag, content_length):
     server.etag, server.content_length = etag, content_length
-    url = server.url("/m/weights.hdf5")
+    url = server.url("/m/blob.bin")
     path = fetch(url)
-    assert path.read_bytes() == DATA and path.name == "weights.hdf5"
-    record = json.loads(path.with_name("weights.hdf5.json").read_text())
+    assert path.read_bytes() == DATA and path.name == "blob.bin"
+    record = json.loads(path.with_name("blob.bin.json").read_text())
     assert record["sha256"] == SHA and record["size"] == len(DATA) and record["url"] == url
     assert (record["etag"] is not None) == etag
-    assert fetch(url) == path and server.gets["/m/weights.hdf5"] == 1  # reused, not fetched again
+    assert fetch(url) == path and server.gets["/m/blob.bin"] == 1  # reused, not fetched again
     assert not any(p.name.endswith(".part") for p in path.parent.iterdir())
 
 
@@ -60,20 +60,20 @@ def test_download_records_sha256_beside_the_file(hub_env, server, etag, content_
     ("cut", "cut the connection in the middle of the file"), ("short", "cut the connection in the middle of the file"),
 ])
 def test_each_server_fault_is_one_clear_error_and_the_next_try_succeeds(hub_env, server, fault, message):
-    url = server.url("/m/weights.hdf5")
-    server.faults["/m/weights.hdf5"] = fault
+    url = server.url("/m/blob.bin")
+    server.faults["/m/blob.bin"] = fault
     with pytest.raises(DownloadError, match=message) as error:
         fetch(url)
     assert str(error.value).startswith(url + ": ") and error.value.url == url
     final, _ = final_and_part(url)
     assert not final.exists()
-    del server.faults["/m/weights.hdf5"]
+    del server.faults["/m/blob.bin"]
     assert fetch(url).read_bytes() == DATA
 
 
 def test_short_body_without_content_length_check_is_caught_by_the_catalog_size(hub_env, server):
-    server.content_length, server.faults["/m/weights.hdf5"] = False, "short"
-    url = server.url("/m/weights.hdf5")
+    server.content_length, server.faults["/m/blob.bin"] = False, "short"
+    url = server.url("/m/blob.bin")
     with pytest.raises(DownloadError, match=f"{len(DATA) - 7} bytes where {len(DATA)} were expected"):
         fetch(url, expected=RemoteFile(url, size=len(DATA)))
     assert not final_and_part(url)[0].exists()
@@ -82,26 +82,26 @@ def test_short_body_without_content_length_check_is_caught_by_the_catalog_size(h
 @pytest.mark.parametrize("etag", [True, False])
 def test_a_cut_download_resumes_with_a_range_request(hub_env, server, etag):
     server.etag = etag
-    url = server.url("/m/weights.hdf5")
-    server.faults["/m/weights.hdf5"] = "cut"
+    url = server.url("/m/blob.bin")
+    server.faults["/m/blob.bin"] = "cut"
     with pytest.raises(DownloadError, match="bytes kept, run again to resume"):
         fetch(url)
     final, part = final_and_part(url)
     kept = part.stat().st_size
     assert 0 < kept < len(DATA) and not final.exists()
-    del server.faults["/m/weights.hdf5"]
+    del server.faults["/m/blob.bin"]
     assert fetch(url).read_bytes() == DATA
     assert server.ranges_asked == [f"bytes={kept}-"]
-    assert json.loads(final.with_name("weights.hdf5.json").read_text())["sha256"] == SHA
+    assert json.loads(final.with_name("blob.bin.json").read_text())["sha256"] == SHA
 
 
 def test_a_server_without_ranges_restarts_from_zero(hub_env, server):
     server.ranges = False
-    url = server.url("/m/weights.hdf5")
-    server.faults["/m/weights.hdf5"] = "cut"
+    url = server.url("/m/blob.bin")
+    server.faults["/m/blob.bin"] = "cut"
     with pytest.raises(DownloadError):
         fetch(url)
-    del server.faults["/m/weights.hdf5"]
+    del server.faults["/m/blob.bin"]
     assert fetch(url).read_bytes() == DATA
 
 
@@ -120,8 +120,8 @@ def test_dns_failure(hub_env):
 
 
 def test_timeout(hub_env, server):
-    server.faults["/m/weights.hdf5"], server.slow_seconds = "slow", 2.0
-    url = server.url("/m/weights.hdf5")
+    server.faults["/m/blob.bin"], server.slow_seconds = "slow", 2.0
+    url = server.url("/m/blob.bin")
     with pytest.raises(DownloadError, match=r"no answer from the server within 0\.5 s"):
         fetch(url, timeout=0.5)
     assert not final_and_part(url)[0].exists()
@@ -134,7 +134,7 @@ def test_only_http_and_https(hub_env, url):
 
 
 def test_the_catalogs_checksum_is_enforced(hub_env, server):
-    url = server.url("/m/weights.hdf5")
+    url = server.url("/m/blob.bin")
     with pytest.raises(DownloadError, match=r"an md5 other than the published 0+"):
         fetch(url, expected=RemoteFile(url, md5="0" * 32))
     final, part = final_and_part(url)
@@ -143,7 +143,7 @@ def test_the_catalogs_checksum_is_enforced(hub_env, server):
 
 
 def test_a_corrupted_entry_is_refused_offline_and_fetched_again_online(hub_env, server, monkeypatch):
-    url = server.url("/m/weights.hdf5")
+    url = server.url("/m/blob.bin")
     path = fetch(url)
     with open(path, "r+b") as f:
         f.seek(100)
@@ -152,12 +152,12 @@ def test_a_corrupted_entry_is_refused_offline_and_fetched_again_online(hub_env, 
     with pytest.raises(OfflineError, match=r"corrupted cache entry .* has sha256"):
         fetch(url)
     monkeypatch.delenv("ELMO_OFFLINE")
-    assert fetch(url).read_bytes() == DATA and server.gets["/m/weights.hdf5"] == 2
+    assert fetch(url).read_bytes() == DATA and server.gets["/m/blob.bin"] == 2
 
 
 def test_offline_never_touches_the_network(hub_env, server, monkeypatch):
     monkeypatch.setenv("ELMO_OFFLINE", "1")
-    url = server.url("/m/weights.hdf5")
+    url = server.url("/m/blob.bin")
     with pytest.raises(OfflineError) as error:
         fetch(url)
     message = str(error.value)
@@ -182,15 +182,15 @@ def _fetch_in_process(args: tuple[str, str]) -> tuple[str, str]:
 @pytest.mark.slow  # four interpreters, each importing torch with elmo (about 15 s on 2 cores)
 def test_four_processes_download_once_and_agree(hub_env, server):
     server.per_chunk_delay = 0.001  # about 0.3 s per download, so the four overlap
-    url = server.url("/m/weights.hdf5")
+    url = server.url("/m/blob.bin")
     with multiprocessing.get_context("spawn").Pool(4) as pool:
         results = pool.map(_fetch_in_process, [(url, os.environ["ELMO_CACHE"])] * 4)
-    assert server.gets["/m/weights.hdf5"] == 1
+    assert server.gets["/m/blob.bin"] == 1
     assert len(set(results)) == 1 and results[0][1] == SHA
 
 
 def test_a_truncated_cache_file_is_refused(hub_env, server, monkeypatch):
-    url = server.url("/m/weights.hdf5")
+    url = server.url("/m/blob.bin")
     path = fetch(url)
     path.write_bytes(DATA[:10])
     with pytest.raises(ModelFileError, match="has 10 bytes"):

@@ -619,3 +619,235 @@ def test_absurd_numbers_in_options_are_one_line(tmp_path, section, key, value):
     with pytest.raises(ModelFileError, match=f"options.json: 'char_cnn.{key}|lstm.{key}' must be") as e:
         read_options(options)
     assert len(str(e.value)) < 300
+
+
+# ---- #56.1/3/4/8/10 downloads: verified before they count, bounded in time, never through a link ----------------
+
+from hub_server import serve  # noqa: E402
+from test_hub_download import hub_env  # noqa: E402,F401 (fixture)
+
+
+def weights_bytes(tmp_path: Path) -> bytes:
+    """A small HDF5 file shaped like a biLM's weights (it has RNN_0), as bytes to serve."""
+    import h5py
+    import numpy as np
+
+    path = tmp_path / "served.hdf5"
+    with h5py.File(path, "w") as f:
+        f["RNN_0/W"] = np.arange(30000, dtype=np.float32)
+        f["char_embed"] = np.zeros((262, 4), np.float32)
+    return path.read_bytes()
+
+
+def entry_of(url: str):
+    from elmo.hub.cache import CacheEntry
+    return CacheEntry.for_url(url)
+
+
+def _nothing_cached(url: str) -> None:
+    entry = entry_of(url)
+    assert not entry.path.exists() and not entry.part_path.exists() and not entry.record_path.exists()
+
+
+@pytest.mark.parametrize("fault,message", [("long", "is not an HDF5 weights.hdf5|damaged HDF5"),
+                                           ("html", "is an HTML page")])
+def test_a_download_that_is_not_what_it_claims_is_not_cached(hub_env, tmp_path, fault, message):
+    from elmo.errors import DownloadError
+    from elmo.hub.fetch import fetch
+
+    with serve({"/m/weights.hdf5": weights_bytes(tmp_path)}) as server:
+        url = server.url("/m/weights.hdf5")
+        server.faults["/m/weights.hdf5"] = fault
+        with pytest.raises(DownloadError, match=f"^{re.escape(url)}: the downloaded file ({message}).*it was not kept"):
+            fetch(url)
+        _nothing_cached(url)
+        del server.faults["/m/weights.hdf5"]
+        assert fetch(url).read_bytes() == server.files["/m/weights.hdf5"]  # the next try is clean
+
+
+def test_json_and_archives_are_checked_before_they_count(hub_env, tmp_path):
+    import io
+    import tarfile
+
+    from elmo.errors import DownloadError
+    from elmo.hub.fetch import fetch
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as t:
+        info = tarfile.TarInfo("model/weights.hdf5")
+        data = bytes(range(256)) * 2000
+        info.size = len(data)
+        t.addfile(info, io.BytesIO(data))
+    archive = buffer.getvalue()
+    with serve({"/options.json": b'{"lstm": ', "/m.tar.gz": archive[: len(archive) // 2]}) as server:
+        for path, message in (("/options.json", "is not a readable options.json"),
+                              ("/m.tar.gz", "is not a readable m.tar.gz")):
+            with pytest.raises(DownloadError, match=message):
+                fetch(server.url(path))
+            _nothing_cached(server.url(path))
+
+
+def test_a_trickle_is_stopped_by_the_rate_floor(hub_env, tmp_path, monkeypatch):
+    from elmo.errors import DownloadError
+    from elmo.hub.fetch import fetch
+
+    monkeypatch.setenv("ELMO_DOWNLOAD_MIN_RATE", "1000")
+    monkeypatch.setenv("ELMO_DOWNLOAD_RATE_GRACE", "1")
+    with serve({"/m/blob.bin": bytes(100_000)}) as server:
+        server.faults["/m/blob.bin"], server.trickle_seconds = "trickle", 0.2
+        url = server.url("/m/blob.bin")
+        with pytest.raises(DownloadError, match="bytes/s over 1 s, below the floor of 1,000 .*ELMO_DOWNLOAD_MIN_RATE"):
+            fetch(url)
+
+
+HOLD_LOCK = """
+import sys, time
+from elmo.hub.cache import CacheEntry
+from elmo.hub.download import entry_lock
+with entry_lock(CacheEntry.for_url(sys.argv[1])):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_stalled_lock_is_waited_for_a_bounded_time_naming_its_process(hub_env, monkeypatch):
+    import subprocess
+    import sys
+
+    from conftest import subprocess_env
+
+    from elmo.errors import DownloadError
+    from elmo.hub.fetch import fetch
+
+    monkeypatch.setenv("ELMO_LOCK_WAIT", "1")
+    with serve({"/m/blob.bin": bytes(1000)}) as server:
+        url = server.url("/m/blob.bin")
+        holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, url], stdout=subprocess.PIPE, text=True,
+                                  env={**subprocess_env(), "ELMO_CACHE": str(hub_env / "elmo-cache")})
+        try:
+            assert holder.stdout.readline().strip() == "held"
+            with pytest.raises(DownloadError, match=f"process {holder.pid} on .* has held .*/.lock for more than 1 s; "
+                               "it may be stuck: stop it, or set ELMO_LOCK_WAIT"):
+                fetch(url)
+        finally:
+            holder.kill()
+            holder.wait()
+        assert fetch(url).read_bytes() == bytes(1000)  # the lock of a dead process is free
+
+
+@pytest.mark.parametrize("planted", ["blob.bin.part", "blob.bin.part.json", "blob.bin", "blob.bin.json", ".lock"])
+def test_a_link_planted_in_the_cache_is_never_written_through(hub_env, tmp_path, planted):
+    from elmo.hub.fetch import fetch
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    with serve({"/m/blob.bin": bytes(range(256)) * 40}) as server:
+        url = server.url("/m/blob.bin")
+        entry = entry_of(url)
+        entry.folder.mkdir(parents=True)
+        (entry.folder / planted).symlink_to(victim)
+        path = fetch(url)
+        assert victim.read_text() == "precious\n"
+        assert not path.is_symlink() and path.read_bytes() == server.files["/m/blob.bin"]
+        assert not any(p.is_symlink() for p in entry.folder.iterdir())
+
+
+def test_a_linked_cache_folder_is_refused(hub_env, tmp_path):
+    from elmo.errors import DownloadError
+    from elmo.hub.fetch import fetch
+
+    with serve({"/m/blob.bin": bytes(10)}) as server:
+        url = server.url("/m/blob.bin")
+        entry = entry_of(url)
+        entry.folder.parent.mkdir(parents=True)
+        (tmp_path / "elsewhere").mkdir()
+        entry.folder.symlink_to(tmp_path / "elsewhere")
+        with pytest.raises(DownloadError, match="is a link"):
+            fetch(url)
+        assert not list((tmp_path / "elsewhere").iterdir())
+
+
+def test_download_force_fetches_again(hub_env, capsys):
+    from elmo.cli import main
+
+    with serve({"/m/vocab.txt": b"a\nb\n"}) as server:
+        url = server.url("/m/vocab.txt")
+        assert main(["download", url]) == 0 and main(["download", url]) == 0
+        assert server.gets["/m/vocab.txt"] == 1
+        assert main(["download", url, "--force"]) == 0
+        assert server.gets["/m/vocab.txt"] == 2
+
+
+def zip_bytes(members: list[tuple[str, bytes]]) -> bytes:
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        for name, data in members:
+            z.writestr(name, data)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("members,message", [
+    ([("m/options.json", b"{}"), ("m/options.json/x", b"1")], "member 'm/options.json/x' cannot be unpacked"),
+    ([("m/" + "n" * 300, b"1")], "member 'm/nnnn.*' cannot be unpacked .*File name too long"),
+])
+def test_an_archive_that_cannot_be_unpacked_leaves_the_cache(hub_env, members, message):
+    from elmo.hub.published import fetch_model_url
+
+    with serve({"/m.zip": zip_bytes(members)}) as server:
+        url = server.url("/m.zip")
+        with pytest.raises(ModelFileError, match=f"m.zip: {message}.*removed from the cache, run again"):
+            fetch_model_url(url)
+        entry = entry_of(url)
+        assert not entry.path.exists() and not entry.extracted.exists()
+        assert not [p for p in entry.folder.iterdir() if p.name.startswith(".extract-")]
+
+
+def test_a_zip_with_a_bad_crc_is_not_cached(hub_env):
+    from elmo.errors import DownloadError
+    from elmo.hub.published import fetch_model_url
+
+    data = bytearray(zip_bytes([("m/options.json", b"{" + b"x" * 200 + b"}")]))
+    at = data.index(b"xxxx")
+    data[at] = ord("y")  # the stored CRC no longer matches
+    with serve({"/m.zip": bytes(data)}) as server:
+        with pytest.raises(DownloadError, match="m.zip: the downloaded file is a zip archive whose member "
+                           "'m/options.json' is damaged"):
+            fetch_model_url(server.url("/m.zip"))
+        _nothing_cached(server.url("/m.zip"))
+
+
+def test_a_killed_unpack_is_cleaned_by_the_next_run(hub_env, tmp_path):
+    from elmo.hub.published import fetch_model_url
+
+    options, weights = micro_model(tmp_path)
+    with serve({"/m.zip": zip_bytes([("m/options.json", options.read_bytes()),
+                                     ("m/weights.hdf5", weights.read_bytes())])}) as server:
+        url = server.url("/m.zip")
+        first = fetch_model_url(url)
+        entry = entry_of(url)
+        shutil.rmtree(entry.extracted)
+        (entry.folder / ".extract-killed").mkdir()
+        (entry.folder / ".extract-killed" / "weights.hdf5").write_bytes(b"half")
+        (entry.folder / ".m.zip.json.0123abcd.tmp").write_bytes(b"{")
+        assert fetch_model_url(url) == first
+        assert sorted(p.name for p in entry.folder.iterdir()) == [".lock", "extracted", "m.zip", "m.zip.json"]
+
+
+def test_a_cached_html_page_recorded_as_complete_is_fetched_again(hub_env, tmp_path, capsys):
+    """What an older elmo cached from an HTML error page served with 200 is found on reuse and replaced."""
+    import hashlib
+
+    from elmo.hub.fetch import fetch
+
+    with serve({"/m/weights.hdf5": weights_bytes(tmp_path)}) as server:
+        url = server.url("/m/weights.hdf5")
+        entry = entry_of(url)
+        entry.folder.mkdir(parents=True)
+        page = b"<html><body>Sign in</body></html>"
+        entry.path.write_bytes(page)
+        entry.write_record(hashlib.sha256(page).hexdigest(), len(page), None)
+        assert fetch(url).read_bytes() == server.files["/m/weights.hdf5"]
+        assert "is an HTML page" in capsys.readouterr().err

@@ -23,6 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "and print where they are; a file already cached (here or by AllenNLP) is not fetched again. "
                        "Copy the cache folder to a machine without network and set ELMO_CACHE there.")
     p.add_argument("models", nargs="+", metavar="NAME_OR_URL", help="a name from `elmo models`, or a URL")
+    p.add_argument("--force", action="store_true", help="drop this package's cache entries of these models first and "
+                   "fetch them again (ELMO_DOWNLOAD_TIMEOUT, ELMO_DOWNLOAD_MIN_RATE, ELMO_LOCK_WAIT bound the waits)")
     p.set_defaults(func=run_download)
 
 
@@ -87,6 +89,10 @@ def run_download(args: argparse.Namespace) -> int:
     from ..hub.published import download_reference
 
     for reference in args.models:
+        if args.force:
+            from ..hub.download import forget_reference
+
+            forget_reference(reference)
         for path in download_reference(reference):
             print(f"{reference}: {path}")
     print(f"cache: {cache_root()}")

@@ -8,11 +8,13 @@ The contents go to a temporary folder beside `dest` that is renamed onto it when
 from __future__ import annotations
 
 import contextlib
+import lzma
 import os
 import shutil
 import tarfile
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import IO, NamedTuple
@@ -23,6 +25,8 @@ MAX_BYTES = 8 << 30  # far above any published ELMo model, far below a full disk
 MAX_MEMBERS = 10_000
 REGULAR, DIRECTORY = 0o100000, 0o040000
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2")
+UNREADABLE = (OSError, EOFError, zipfile.BadZipFile, tarfile.TarError, zlib.error, lzma.LZMAError,
+              NotImplementedError, RuntimeError)
 
 
 def is_archive_name(name: str) -> bool:
@@ -35,17 +39,24 @@ def extract_archive(archive: str | os.PathLike, dest: str | os.PathLike, max_byt
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".extract-", dir=dest.parent))
     try:
-        if zipfile.is_zipfile(archive):
-            _extract_zip(archive, tmp, max_bytes)
-        elif tarfile.is_tarfile(archive):
-            _extract_tar(archive, tmp, max_bytes)
-        else:
-            raise ModelFileError(f"{archive}: not a zip or tar archive (.zip, .tar.gz, .tar.xz, .tar.bz2)")
+        try:
+            if zipfile.is_zipfile(archive):
+                _extract_zip(archive, tmp, max_bytes)
+            elif tarfile.is_tarfile(archive):
+                _extract_tar(archive, tmp, max_bytes)
+            else:
+                raise ModelFileError(f"{archive}: not a zip or tar archive (.zip, .tar.gz, .tar.xz, .tar.bz2)")
+        except UNREADABLE as e:  # a truncated or damaged archive, found while listing it
+            raise ModelFileError(f"{archive}: a damaged archive ({_reason(e)})") from None
         os.replace(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return dest
+
+
+def _reason(error: BaseException) -> str:
+    return f"{type(error).__name__}: " + (str(error).strip().splitlines() or [""])[0][:160]
 
 
 def _safe_name(archive: Path, name: str) -> PurePosixPath:
@@ -96,12 +107,15 @@ def _unpack(archive: Path, dest: Path, max_bytes: int, members: list[_Member]) -
     budget = [0]
     for m in members:
         target = dest.joinpath(*_safe_name(archive, m.name).parts)
-        if m.is_dir:
-            target.mkdir(parents=True, exist_ok=True)
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.closing(m.open()) as source:
-            _copy_limited(source, target, archive, budget, max_bytes)
+        try:
+            if m.is_dir:
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.closing(m.open()) as source:
+                _copy_limited(source, target, archive, budget, max_bytes)
+        except UNREADABLE as e:  # bad CRC, unknown method, a folder and a file of one name, a name too long
+            raise ModelFileError(f"{archive}: member {m.name!r} cannot be unpacked ({_reason(e)})") from None
 
 
 def _extract_zip(archive: Path, dest: Path, max_bytes: int) -> None:

@@ -7,23 +7,53 @@ so that the next try continues where this one stopped, when the server accepts r
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import lzma
 import os
 import re
+import shutil
+import socket
+import sys
+import tarfile
+import time
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import requests
+import urllib3
+from filelock import FileLock, Timeout
 from tqdm import tqdm
 
-from ..errors import DownloadError
+from ..errors import DownloadError, ModelFileError
 from ..fileio import atomic_path, hash_file
+from .archives import ARCHIVE_SUFFIXES, extract_archive
+from .cache import CacheEntry
 from .catalog import RemoteFile
 
 TIMEOUT_ENV = "ELMO_DOWNLOAD_TIMEOUT"
-DEFAULT_TIMEOUT = 30.0  # seconds without a byte (connect or read) before a download is given up
+DEFAULT_TIMEOUT = 30.0  # the stall limit: seconds without a byte (connect or read) before a download is given up
+MIN_RATE_ENV = "ELMO_DOWNLOAD_MIN_RATE"
+DEFAULT_MIN_RATE = 4096.0  # bytes/s over the whole download, checked once RATE_GRACE_ENV seconds have passed
+RATE_GRACE_ENV = "ELMO_DOWNLOAD_RATE_GRACE"
+DEFAULT_RATE_GRACE = 60.0
 CHUNK = 1 << 16  # a cut connection loses at most this much of what arrived
+HTML_STARTS = (b"<!doctype html", b"<html", b"<head", b"<body", b"<?xml")
+
+
+def _env_seconds(name: str, default: float) -> float:
+    text = os.environ.get(name) or ""
+    try:
+        value = float(text) if text else default
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise DownloadError("(settings)", f"{name}={text!r}: expected a positive number")
+    return value
 
 
 @dataclass(frozen=True)
@@ -34,9 +64,8 @@ class Downloaded:
 
 
 def timeout_seconds(timeout: float | None = None) -> float:
-    if timeout is not None:
-        return timeout
-    return float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT)
+    """The stall limit: `timeout`, else $ELMO_DOWNLOAD_TIMEOUT, else 30 s."""
+    return timeout if timeout is not None else _env_seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT)
 
 
 def download(url: str, part: Path, expected: RemoteFile | None = None, timeout: float | None = None) -> Downloaded:
@@ -58,12 +87,16 @@ def download(url: str, part: Path, expected: RemoteFile | None = None, timeout: 
             _save_resume_state(part, response, total)
             digest = hash_file(part) if offset else hashlib.sha256()
             got = _stream(response, part, offset, total, digest, url)
-    except requests.RequestException as e:
+    except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as e:
         raise DownloadError(url, _network_reason(e, seconds, part)) from None
     if total is not None and got != total:
         raise DownloadError(url, f"the server sent {got} of {total} bytes and closed the connection"
                             f"{_kept(part)}")
     _check_expected(url, part, got, digest, expected)
+    problem = content_problem(part, file_name_of(url))
+    if problem is not None:  # resuming cannot fix a body that is not what it claims to be
+        _drop(part)
+        raise DownloadError(url, f"the downloaded file {problem}; it was not kept")
     part.with_name(part.name + ".json").unlink(missing_ok=True)
     return Downloaded(got, digest.hexdigest(), response.headers.get("ETag"))
 
@@ -98,20 +131,87 @@ def _plan(url: str, response: requests.Response, part: Path, resume: dict | None
 
 
 def _stream(response: requests.Response, part: Path, offset: int, total: int | None, digest, url: str) -> int:
-    got = offset
-    with open(part, "r+b" if offset else "wb") as f, tqdm(
+    """Append the body to `part`; read1 returns what has arrived, so a trickle is seen and held to the
+    rate floor (a plain read waits for a whole chunk, and its timeout restarts with every byte)."""
+    got, start = offset, time.monotonic()
+    floor, grace = _env_seconds(MIN_RATE_ENV, DEFAULT_MIN_RATE), _env_seconds(RATE_GRACE_ENV, DEFAULT_RATE_GRACE)
+    with _open_part(part, offset) as f, tqdm(
             total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1024, delay=1.0,
             desc=part.name[:-len(".part")], leave=False) as bar:
-        f.seek(offset)
-        f.truncate()
-        for chunk in response.iter_content(CHUNK):
+        while chunk := response.raw.read1(CHUNK, decode_content=False):
             f.write(chunk)
             digest.update(chunk)
             got += len(chunk)
             bar.update(len(chunk))
             if total is not None and got > total:
                 raise DownloadError(url, f"the server sent more than the {total} bytes it announced")
+            elapsed = time.monotonic() - start
+            if elapsed > grace and (got - offset) / elapsed < floor:
+                f.flush()
+                raise DownloadError(url, f"{(got - offset) / elapsed:,.0f} bytes/s over {elapsed:.0f} s, below the "
+                                    f"floor of {floor:,.0f} (set {MIN_RATE_ENV} and {RATE_GRACE_ENV} to change it)"
+                                    f"{_kept(part)}")
     return got
+
+
+def _open_part(part: Path, offset: int):
+    """`part` for writing at `offset`, never through a link: a link planted there is removed first."""
+    if part.is_symlink():
+        part.unlink()
+    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | (0 if offset else os.O_TRUNC)
+    f = os.fdopen(os.open(part, flags, 0o666), "wb")
+    f.seek(offset)
+    f.truncate()
+    return f
+
+
+def _drop(path: Path) -> None:
+    for p in (path, path.with_name(path.name + ".json")):
+        p.unlink(missing_ok=True)
+
+
+def file_name_of(url: str) -> str:
+    return urlsplit(url).path.rsplit("/", 1)[-1].lower()
+
+
+def content_problem(path: Path, name: str) -> str | None:
+    """Why the file at `path` is not what its name `name` says (None when it is): an HDF5 file must
+    open and hold datasets (a biLM's weights its RNN_0), JSON must parse, an archive must list whole."""
+    with open(path, "rb") as f:
+        head = f.read(512).lstrip().lower()
+    if head.startswith(HTML_STARTS) and not name.endswith((".html", ".htm", ".xml")):
+        return f"is an HTML page (it starts with {head[:40]!r}), not {name}"
+    try:
+        if name.endswith((".hdf5", ".h5")):
+            return _hdf5_problem(path, name)
+        if name.endswith(".json"):
+            json.loads(path.read_text(encoding="utf-8"))
+        elif name.endswith(".zip"):
+            with zipfile.ZipFile(path) as z:
+                bad = z.testzip()
+            return None if bad is None else f"is a zip archive whose member {bad!r} is damaged (bad CRC)"
+        elif name.endswith(ARCHIVE_SUFFIXES):
+            with tarfile.open(path) as t:
+                t.getmembers()  # reads the whole compressed stream: a truncated one fails here
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, tarfile.TarError, zlib.error, lzma.LZMAError) as e:
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        return f"is not a readable {name} ({type(e).__name__}: {reason})"
+    return None
+
+
+def _hdf5_problem(path: Path, name: str) -> str | None:
+    from ..hdf5_files import open_hdf5
+
+    try:
+        with open_hdf5(path, name) as f:
+            if "weights" in name and "RNN_0" not in f:
+                return f"is an HDF5 file without the datasets of a biLM's weights (no 'RNN_0'; found {sorted(f)[:5]})"
+            if not len(f):
+                return "is an empty HDF5 file"
+    except ModelFileError as e:
+        reason = str(e).split(": ", 1)[-1]
+        return reason if reason.startswith("is ") else "is " + reason
+    return None
 
 
 def _check_expected(url: str, part: Path, size: int, digest, expected: RemoteFile | None) -> None:
@@ -159,7 +259,8 @@ def _network_reason(error: requests.RequestException, seconds: float, part: Path
     text = str(error)
     if isinstance(error, requests.exceptions.SSLError):
         return f"TLS certificate verification failed ({text[:200]})"
-    if isinstance(error, (requests.exceptions.ConnectTimeout, requests.exceptions.ReadTimeout)):
+    if isinstance(error, (requests.exceptions.ConnectTimeout, requests.exceptions.ReadTimeout,
+                          urllib3.exceptions.ReadTimeoutError, TimeoutError)):
         return f"no answer from the server within {seconds:g} s (set {TIMEOUT_ENV} to wait longer){_kept(part)}"
     if isinstance(error, requests.exceptions.ConnectionError):
         if "NameResolutionError" in text or "Name or service not known" in text or "getaddrinfo" in text:
@@ -169,6 +270,101 @@ def _network_reason(error: requests.RequestException, seconds: float, part: Path
         if "Read timed out" in text:
             return f"no answer from the server within {seconds:g} s (set {TIMEOUT_ENV} to wait longer){_kept(part)}"
         return f"the connection failed or was cut ({type(error).__name__}){_kept(part)}"
-    if isinstance(error, requests.exceptions.ChunkedEncodingError):
+    if isinstance(error, (requests.exceptions.ChunkedEncodingError, urllib3.exceptions.ProtocolError)):
         return f"the server cut the connection in the middle of the file{_kept(part)}"
     return f"the download failed ({type(error).__name__}: {text[:200]}){_kept(part)}"
+
+
+LOCK_WAIT_ENV = "ELMO_LOCK_WAIT"
+DEFAULT_LOCK_WAIT = 900.0  # seconds to wait for another process's download or unpack of the same entry
+
+
+@contextlib.contextmanager
+def entry_lock(entry: CacheEntry):
+    """Hold `entry`'s lock (one process downloads or unpacks it); the wait is bounded and names the holder.
+    Once held: links planted where the entry's own files go are removed, and earlier runs' leftovers."""
+    if entry.folder.is_symlink():
+        raise DownloadError(entry.url, f"the cache folder {entry.folder} is a link; remove it (a cache entry is "
+                            "never written through a link)")
+    entry.folder.mkdir(parents=True, exist_ok=True)
+    owner = entry.folder / ".lock.owner"
+    for path in (entry.lock_path, owner):
+        if path.is_symlink():
+            path.unlink()
+    lock = FileLock(entry.lock_path)
+    try:
+        lock.acquire(timeout=2)
+    except Timeout:
+        wait = _env_seconds(LOCK_WAIT_ENV, DEFAULT_LOCK_WAIT)
+        print(f"elmo: waiting up to {wait:g} s for {_holder(owner)}, which is fetching {entry.url}", file=sys.stderr)
+        try:
+            lock.acquire(timeout=wait)
+        except Timeout:
+            raise DownloadError(entry.url, f"{_holder(owner)} has held {entry.lock_path} for more than {wait:g} s; "
+                                f"it may be stuck: stop it, or set {LOCK_WAIT_ENV} to wait longer") from None
+    try:
+        with atomic_path(owner) as tmp:
+            Path(tmp).write_text(f"{os.getpid()} {socket.gethostname()}\n", encoding="utf-8")
+        _clean(entry)
+        yield
+    finally:
+        owner.unlink(missing_ok=True)
+        lock.release()
+
+
+def _holder(owner: Path) -> str:
+    try:
+        pid, host = owner.read_text(encoding="utf-8").split()[:2]
+        return f"process {int(pid)} on {host}"
+    except (OSError, ValueError):
+        return "another process"
+
+
+def _clean(entry: CacheEntry) -> None:
+    """Remove links where the entry's files go, and temporaries of runs that were killed (unpack folders,
+    half-written records): the lock is held, so nothing else is writing them."""
+    for path in (entry.path, entry.record_path, entry.part_path, entry.part_path.with_name(entry.part_path.name + ".json"),
+                 entry.extracted):
+        if path.is_symlink():
+            print(f"elmo: removing the link {path} (a cache entry is never written through a link)", file=sys.stderr)
+            path.unlink()
+    for path in entry.folder.iterdir():
+        if path.name.startswith(".extract-") or (path.name.startswith(".") and path.name.endswith(".tmp")):
+            _remove(path)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def forget(entry: CacheEntry) -> None:
+    """Drop everything of `entry` (`elmo download --force`, a damaged archive): the next use fetches it again."""
+    for path in (entry.path, entry.record_path, entry.part_path, entry.part_path.with_name(entry.part_path.name + ".json"),
+                 entry.extracted):
+        _remove(path)
+
+
+def forget_reference(reference: str) -> None:
+    """`elmo download --force`: every cache entry of a catalog model or URL dropped, under its lock."""
+    from .catalog import find_published
+
+    model = find_published(reference)
+    for url in [f.url for f in model.remote_files] if model is not None else [reference]:
+        entry = CacheEntry.for_url(url)
+        if entry.folder.is_dir():
+            with entry_lock(entry):
+                forget(entry)
+
+
+def unpack_entry(entry: CacheEntry, archive: Path) -> None:
+    """Unpack `archive` into the entry (its lock held); a damaged archive of ours leaves the cache."""
+    try:
+        extract_archive(archive, entry.extracted)
+    except ModelFileError as e:
+        if archive != entry.path:
+            raise
+        forget(entry)
+        raise ModelFileError(f"{e}; the archive was removed from the cache, run again to fetch it again") from None

@@ -11,13 +11,11 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from filelock import FileLock, Timeout
-
 from ..errors import DownloadError, ModelFileError, OfflineError
 from .allennlp_cache import allennlp_cache_dirs, find_in_allennlp_cache
 from .cache import OFFLINE_ENV, CacheEntry, cache_root, offline
 from .catalog import RemoteFile, known_file
-from .download import download
+from .download import content_problem, download, entry_lock, file_name_of
 
 SCHEMES = ("http", "https")
 
@@ -35,7 +33,7 @@ def fetch(url: str, timeout: float | None = None, expected: RemoteFile | None = 
     expected = expected or known_file(url)
     corruption = None
     try:
-        found = entry.verified()
+        found = _verified(entry)
     except ModelFileError as e:
         found, corruption = None, str(e)
     if found is None:
@@ -51,16 +49,9 @@ def fetch(url: str, timeout: float | None = None, expected: RemoteFile | None = 
 
 def _download_once(url: str, entry: CacheEntry, expected: RemoteFile | None, timeout: float | None) -> Path:
     """Download under the entry's lock; a process that waited finds the file its neighbour fetched."""
-    entry.folder.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(entry.lock_path)
-    try:
-        lock.acquire(timeout=2)
-    except Timeout:
-        print(f"elmo: waiting for another process that is downloading {url}", file=sys.stderr)
-        lock.acquire()
-    try:
+    with entry_lock(entry):  # a bounded wait naming the holder; planted links and leftovers removed
         try:
-            found = entry.verified()
+            found = _verified(entry)
         except ModelFileError:
             entry.remove()
             found = None
@@ -70,8 +61,15 @@ def _download_once(url: str, entry: CacheEntry, expected: RemoteFile | None, tim
         entry.write_record(result.sha256, result.size, result.etag)
         os.replace(entry.part_path, entry.path)
         return entry.path
-    finally:
-        lock.release()
+
+
+def _verified(entry: CacheEntry) -> Path | None:
+    """The cached file if its size, sha256 and content check as at download (an older cache may hold junk)."""
+    found = entry.verified()
+    problem = None if found is None else content_problem(found, file_name_of(entry.url))
+    if problem is not None:
+        raise ModelFileError(f"corrupted cache entry for {entry.url}: {found} {problem}")
+    return found
 
 
 def offline_reason(url: str, entry: CacheEntry, corruption: str | None) -> str:

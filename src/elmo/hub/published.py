@@ -10,13 +10,12 @@ import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from filelock import FileLock
-
 from ..errors import ModelFileError
 from .allennlp_cache import find_in_allennlp_cache
 from .archives import ARCHIVE_SUFFIXES, extract_archive, is_archive_name
 from .cache import CacheEntry
 from .catalog import PublishedModel
+from .download import entry_lock, unpack_entry
 from .fetch import check_url, fetch
 
 MODEL_DIR_DEPTH = 3  # archives put the model at the top or one or two folders down
@@ -74,10 +73,10 @@ def fetch_archive_model(url: str, timeout: float | None = None) -> Path:
     entry = CacheEntry.for_url(url)
     if archive != entry.path:  # found in AllenNLP's cache: unpack into our own entry, never theirs
         entry.folder.mkdir(parents=True, exist_ok=True)
-    if not entry.extracted.is_dir():
-        with FileLock(entry.lock_path):
+    if not entry.extracted.is_dir() or entry.extracted.is_symlink():
+        with entry_lock(entry):  # a bounded wait; planted links and killed unpacks' leftovers removed
             if not entry.extracted.is_dir():
-                extract_archive(archive, entry.extracted)
+                unpack_entry(entry, archive)  # a damaged archive leaves the cache
     return model_dir_in(entry.extracted, url)
 
 
