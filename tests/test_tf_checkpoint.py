@@ -146,6 +146,38 @@ def test_only_the_tensor_read_is_checked(tmp_path):
         EXPECTED["dtypes"]["float32/matrix"]["sha256"]
 
 
+def test_a_tensor_is_read_alone_in_chunks(monkeypatch):
+    """Reading one tensor reads its own bytes and no others, a chunk at a time (here 16 bytes)."""
+    import builtins
+
+    import elmo.tf.checkpoint as module
+
+    reads = []
+
+    class Counting:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def seek(self, offset):
+            return self.f.seek(offset)
+
+        def readinto(self, buffer):
+            reads.append(self.f.readinto(buffer))
+            return reads[-1]
+
+    monkeypatch.setattr(module, "open", lambda *a: Counting(builtins.open(*a)), raising=False)
+    monkeypatch.setattr(module, "CHUNK_BYTES", 16)
+    ckpt = TFCheckpoint(DATA / "dtypes" / "ckpt")
+    assert ckpt.read("float32/matrix").shape == (5, 7)
+    assert reads == [16] * 8 + [12] and sum(reads) == ckpt.entry("float32/matrix").size == 140
+
+
 def test_without_the_crc_library(monkeypatch):
     monkeypatch.setitem(sys.modules, "google_crc32c", None)
     with pytest.raises(ModelFileError, match=r"google-crc32c package, which is not installed: pip install 'elmo-bilm\[tf\]'"):
