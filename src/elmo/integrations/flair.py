@@ -127,7 +127,7 @@ class ELMoEmbeddings(TokenEmbeddings):
     def _view(self, layers: torch.Tensor) -> torch.Tensor:
         """(L+1, n, D) -> (n, embedding_length)."""
         if self.embedding_mode == "all":
-            return layers.permute(1, 0, 2).reshape(layers.shape[1], -1)
+            return layers.permute(1, 0, 2).reshape(layers.shape[1], layers.shape[0] * layers.shape[2])
         return layers[-1] if self.embedding_mode == "top" else layers.mean(dim=0)
 
     def train(self, mode: bool = True):
