@@ -187,13 +187,25 @@ def make_bilm(out: Path, work: Path, checkout: Path) -> dict:
             "tensorflow": tf.__version__}
 
 
+def make_large(prefix: Path, tensors: int = 8, mib: int = 128) -> None:
+    """A checkpoint of `tensors` float32 tensors of `mib` MiB each (not committed: for measuring the reader's memory)."""
+    rows = mib * (1 << 20) // 4 // 1024
+    save(prefix, {f"lm/big_{i}": tf.fill([rows, 1024], float(i)) for i in range(tensors)})
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bilm-tf", type=Path, required=True, help="a checkout of github.com/allenai/bilm-tf")
-    parser.add_argument("--work", type=Path, required=True, help="scratch directory for bilm-tf's training run")
+    parser.add_argument("--bilm-tf", type=Path, help="a checkout of github.com/allenai/bilm-tf")
+    parser.add_argument("--work", type=Path, help="scratch directory for bilm-tf's training run")
     parser.add_argument("--out", type=Path, default=REPO / "tests" / "data" / "tf")
+    parser.add_argument("--large", type=Path, help="only write a 1 GiB checkpoint (8 x 128 MiB) at this prefix")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    if args.large:
+        make_large(args.large)
+        return
+    if args.bilm_tf is None or args.work is None:
+        parser.error("--bilm-tf and --work are needed for the reference files")
     shutil.rmtree(args.out, ignore_errors=True)
     args.out.mkdir(parents=True)
     make_small(args.out)
