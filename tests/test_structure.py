@@ -1,8 +1,11 @@
-"""The code's shape, checked: no import cycle among the package's modules, no function over 80 lines."""
+"""The code's shape, checked: no import cycle among the package's modules, layers that only look down,
+no function over 80 lines."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import REPO
@@ -93,6 +96,61 @@ def test_no_import_cycle_in_the_package():
     graph = import_graph()
     assert "elmo.models" in graph and "elmo.manylangs" in graph["elmo.models"]  # the walk sees imports
     assert cycles(graph) == []
+
+
+# The layers, bottom up (README "Layout"): the core (every module directly under src/elmo: file layout,
+# characters, options, the biLM, weights, Elmo, the Embedder, embedding files, ...); `elmo.hub`, which
+# fetches files and knows nothing above the core; the one model resolver `elmo.models`, which turns every
+# reference into local files (through the hub) and a model; training, tasks, lab and the command line.
+UPPER_PACKAGES = ("training", "tasks", "lab", "hub", "cli")
+ABOVE_THE_CORE = {
+    "elmo.models": "the resolver: the core's one door to the hub",
+    "elmo.__main__": "`python -m elmo`, the command line",
+    "elmo.simple_elmo": "simple_elmo's API, whose LM scoring reads the softmax and vocabulary of training/",
+}
+
+
+def _package(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else ""
+
+
+def is_core(module: str) -> bool:
+    """A module directly under src/elmo, not a subpackage's __init__ and not one named above the core."""
+    subpackage = (SRC / module.replace(".", "/") / "__init__.py").is_file()
+    return module.count(".") == 1 and not subpackage and module not in ABOVE_THE_CORE
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Imports that look up: the core into training/tasks/lab/hub/cli, the hub into training/tasks/lab/cli
+    or the resolver."""
+    found = []
+    for module, imports in sorted(graph.items()):
+        for imported in sorted(imports):
+            up = _package(imported)
+            core_looks_up = is_core(module) and up in UPPER_PACKAGES
+            hub_looks_up = _package(module) == "hub" and (up in ("training", "tasks", "lab", "cli") or imported == "elmo.models")
+            if core_looks_up or hub_looks_up:
+                found.append(f"{module} imports {imported}")
+    return found
+
+
+def test_the_layer_check_finds_an_import_that_looks_up():
+    graph = {"elmo.weights": {"elmo.hub"}, "elmo.hub.fetch": {"elmo.training.data"}, "elmo.hub.x": {"elmo.models"},
+             "elmo.models": {"elmo.hub", "elmo.weights"}, "elmo.cli.hub": {"elmo.hub.cache"},
+             "elmo.tasks.x": {"elmo.hub"}, "elmo.embedder": {"elmo.models"}}
+    assert layer_violations(graph) == ["elmo.hub.fetch imports elmo.training.data", "elmo.hub.x imports elmo.models",
+                                       "elmo.weights imports elmo.hub"]
+
+
+def test_layers_only_look_down():
+    assert layer_violations(import_graph()) == []
+
+
+def test_import_elmo_loads_no_training_or_hub_downloads():
+    code = ("import sys, elmo; print(sorted(m for m in sys.modules if m.startswith(('elmo.training', 'elmo.tasks', "
+            "'elmo.lab', 'elmo.cli', 'elmo.hub.fetch', 'elmo.hub.download'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 

@@ -15,10 +15,10 @@ from .embedder import Embedder
 from .errors import ElmoError, InputError, ModelFileError
 from .legacy import ElmoEmbedder
 from .manylangs import load_manylangs
-from .models import ModelFiles, load_model
+from .models import ModelFiles, load_bilm, load_model  # load_bilm: elmo.weights.load_bilm, with URLs too
 from .options import BiLMConfig, read_options
 from .scalar_mix import ScalarMix
-from .weights import load_bilm, save_bilm
+from .weights import save_bilm
 
 __all__ = [
     "BiLM", "BiLMOutput", "BiLMConfig", "CharEncoder", "Elmo", "ElmoEmbedder", "ElmoError", "Embedder", "InputError", "LstmLayer",

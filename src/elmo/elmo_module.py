@@ -12,9 +12,8 @@ from . import allennlp_state
 from .bilm import BiLM, remove_sentence_boundaries
 from .errors import InputError
 from .int8 import quantize_bilm
-from .models import resolve
+from .models import load_bilm, resolve
 from .scalar_mix import ScalarMix
-from .weights import load_bilm
 
 
 class Elmo(nn.Module):

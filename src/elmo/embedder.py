@@ -16,8 +16,7 @@ from .devices import check_device
 from .documents import CHUNK_STEPS, Document, check_documents, contextualize_documents
 from .errors import InputError
 from .int8 import quantize_bilm
-from .models import Model, resolve
-from .weights import load_bilm
+from .models import Model, load_bilm, resolve
 
 LAYER_CHOICES = ("all", "top", "average")
 Layers = str | Sequence[int]  # one of LAYER_CHOICES, or layer numbers such as [1, 2]

@@ -32,11 +32,12 @@ import torch
 from .bilm import BiLM
 from .errors import ModelFileError
 from .fileio import read_json, read_text
+from .layout import CHAR_DIC, ENCODER_PKL, TOKEN_EMBEDDER_PKL, WORD_DIC
+from .layout import MANYLANGS_CONFIG as CONFIG_NAME
+from .layout import is_manylangs_dir  # noqa: F401  (its old home, kept for imports)
 from .manylangs_weights import load_weights
 from .options import BiLMConfig, TokenInput
 
-CONFIG_NAME, CHAR_DIC, WORD_DIC = "config.json", "char.dic", "word.dic"
-TOKEN_EMBEDDER_PKL, ENCODER_PKL = "token_embedder.pkl", "encoder.pkl"
 MARKERS = ("<bos>", "<eos>")
 CHAR_SPECIALS = ("<bow>", "<eow>", "<oov>", "<pad>", "<bos>", "<eos>")
 WORD_SPECIALS = ("<oov>", "<pad>")
@@ -54,19 +55,6 @@ SHIPPED_ARCHITECTURE = {
 }
 MAX_CHARS_LIMIT = 1000  # characters per token (theirs: 50); each token's ids take this many slots
 SHIPPED_CONFIGS = ("cnn_50_100_512_4096_sample.json", "cnn_0_100_512_4096_sample.json")
-
-
-def is_manylangs_dir(path: str | os.PathLike) -> bool:
-    """Their files, not the original format's: a .pkl of theirs, or config.json beside a .dic.
-
-    Loose on purpose, so that a directory missing one of their files is still recognised and the
-    loader can say which file is missing.
-    """
-    d = Path(path)
-    if (d / "options.json").exists() or (d / "weights.hdf5").exists():
-        return False
-    has = {name for name in (CONFIG_NAME, ENCODER_PKL, TOKEN_EMBEDDER_PKL, CHAR_DIC, WORD_DIC) if (d / name).is_file()}
-    return bool(has & {ENCODER_PKL, TOKEN_EMBEDDER_PKL}) or (CONFIG_NAME in has and bool(has & {CHAR_DIC, WORD_DIC}))
 
 
 def read_architecture(directory: Path) -> tuple[dict, str]:

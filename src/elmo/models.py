@@ -1,12 +1,21 @@
 """One model reference: whatever names a model (`--model`, `--options/--weights`, `from_model`,
-`from_pretrained`, `load_model`) becomes a `Model` in one place, `resolve`.
+`from_pretrained`, `load_model`, a URL given to `Elmo` or `load_bilm`) becomes a `Model` in one place,
+`resolve`; everything past it receives local paths.
 
 A `Model` loads a biLM (`load`) and, where its format has them, gives the original files
 (`original_files`: options.json + weights.hdf5, for the commands that read or copy those files).
-Every kind of reference is recognised by one function in `KINDS`, tried in order; a new kind (a
-catalog name, a URL, an archive) is one more function there, `(text) -> Model | None`, that returns
-None for a reference it does not recognise. A remote kind fetches into a local path and returns
-`Model.from_path(local_path)`; the helpers it calls must not import this module (no import cycle).
+
+The kinds of reference, in three tuples at the end of the kinds below (the one place to add a kind):
+- `DIRECTORY_KINDS`, `(path) -> Model | None`: what a local directory is (a training run, an
+  ELMoForManyLangs model, the original format). `Model.from_path` tries these, so whatever a fetch
+  kind fetched or unpacked is read the same way as a directory the user gave.
+- `NAME_KINDS`, `(text) -> Model | None`: names of models shipped in the package.
+- `FETCH_KINDS`, `(text) -> Fetched | None`: references whose files must first be fetched or unpacked
+  (a catalog name, an archive URL). One returns the local files it made (a model directory, or an
+  (options, weights) pair), never a model; `resolve` reads them with `Model.from_path`, `elmo download`
+  prints them.
+A kind returns None for a reference it does not recognise and raises for one it recognises but cannot
+use. Fetching is elmo.hub's; its modules never import this one (no import cycle).
 """
 
 from __future__ import annotations
@@ -16,42 +25,31 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from .bilm import BiLM
 from .errors import InputError, ModelFileError
 from .fileio import check_file
 from .hub import find_published, is_url, local_path
-from .manylangs import is_manylangs_dir, load_manylangs
-from .options import OPTIONS_NAME
-from .training.settings import CHECKPOINT_DIR, RUN_FILE
-from .training.softmax import SOFTMAX_NAME
-from .training.vocab import VOCAB_NAME
-from .weights import WEIGHTS_NAME, load_bilm
+from .layout import (
+    OPTIONS_NAME,
+    SOFTMAX_NAME,
+    VOCAB_NAME,
+    WEIGHTS_NAME,
+    ModelFiles,
+    is_manylangs_dir,
+    is_training_run,
+)
+from .manylangs import load_manylangs
+from .options import BiLMConfig
+from .weights import load_bilm as load_local_bilm
 
 BUNDLED_DIR = Path(__file__).parent / "bundled"
 DEFAULT_MODEL = "default"
-__all__ = ["BUNDLED_DIR", "DEFAULT_MODEL", "KINDS", "OPTIONS_NAME", "SOFTMAX_NAME", "VOCAB_NAME", "WEIGHTS_NAME",
-           "ManyLangsModel", "Model", "ModelFiles", "OriginalModel", "TrainingRun", "bundled_models", "load_model",
-           "resolve"]
-
-
-@dataclass(frozen=True)
-class ModelFiles:
-    """The files of one model in the original format; `vocab_file` and `softmax_file` exist only for LM scoring."""
-
-    options_file: Path
-    weight_file: Path
-    vocab_file: Path | None = None
-    softmax_file: Path | None = None
-
-    @classmethod
-    def from_dir(cls, directory: str | os.PathLike) -> ModelFiles:
-        d = Path(directory)
-        for name in (OPTIONS_NAME, WEIGHTS_NAME):
-            if not (d / name).is_file():
-                raise ModelFileError(f"{d}: a model directory needs {OPTIONS_NAME} and {WEIGHTS_NAME}; {name} is missing")
-        optional = [d / n if (d / n).is_file() else None for n in (VOCAB_NAME, SOFTMAX_NAME)]
-        return cls(d / OPTIONS_NAME, d / WEIGHTS_NAME, *optional)
+Fetched = Path | tuple[Path, Path]  # what a fetch kind made: a model directory, or (options, weights)
+__all__ = ["BUNDLED_DIR", "DEFAULT_MODEL", "DIRECTORY_KINDS", "NAME_KINDS", "OPTIONS_NAME", "FETCH_KINDS",
+           "SOFTMAX_NAME", "VOCAB_NAME", "WEIGHTS_NAME", "ManyLangsModel", "Model", "ModelFiles", "OriginalModel",
+           "TrainingRun", "bundled_models", "download_reference", "load_bilm", "load_model", "local_file", "resolve"]
 
 
 class Model:
@@ -70,7 +68,7 @@ class Model:
     def from_path(path: str | os.PathLike, name: str | None = None) -> Model:
         """A local model directory in either format; anything else is refused with what was expected."""
         text = os.fspath(path)
-        for kind in (_training_run, _manylangs_dir, _original_dir):
+        for kind in DIRECTORY_KINDS:
             model = kind(text)
             if model is not None:
                 return model if name is None else dataclasses.replace(model, name=name)
@@ -126,10 +124,7 @@ class TrainingRun(Model):
 
 
 def _training_run(text: str) -> Model | None:
-    d = Path(text)
-    if d.is_dir() and not (d / WEIGHTS_NAME).is_file() and ((d / RUN_FILE).is_file() or (d / CHECKPOINT_DIR).is_dir()):
-        return TrainingRun(d, text)
-    return None
+    return TrainingRun(Path(text), text) if is_training_run(text) else None
 
 
 def _manylangs_dir(text: str) -> Model | None:
@@ -146,30 +141,36 @@ def _bundled(text: str) -> Model | None:
     return OriginalModel(ModelFiles.from_dir(BUNDLED_DIR / text), text)
 
 
-def _published(text: str) -> Model | None:
+def _published(text: str) -> Fetched | None:
     """A published model by name (`elmo models`; src/elmo/hub/catalog.json), from a cache or downloaded."""
     published = find_published(text)
     if published is None:
         return None
     from .hub.published import fetch_published
 
-    found = fetch_published(published)
-    return OriginalModel(ModelFiles(*found), text) if isinstance(found, tuple) else Model.from_path(found, name=text)
+    return fetch_published(published)
 
 
-def _url(text: str) -> Model | None:
+def _archive_url(text: str) -> Fetched | None:
     """The URL of an archive (.zip, .tar.gz, .tar.xz, .tar.bz2) holding one model directory, in either format."""
     if not is_url(text):
         return None
     from .hub.published import fetch_model_url
 
-    return Model.from_path(fetch_model_url(text), name=text)
+    return fetch_model_url(text)
 
 
-# Every kind of reference, in the order tried: local directories first, so a folder named like a
-# bundled or published model is that folder; then bundled models, so `default` is always the bundled one.
-KINDS: tuple[Callable[[str], Model | None], ...] = (_training_run, _manylangs_dir, _original_dir, _bundled,
-                                                    _published, _url)
+def _fetched_model(found: Fetched, name: str) -> Model:
+    """What a fetch kind made, as a model: a pair of files as they are, a directory by DIRECTORY_KINDS."""
+    return OriginalModel(ModelFiles(*found), name) if isinstance(found, tuple) else Model.from_path(found, name=name)
+
+
+# Every kind of reference, in the order `resolve` tries them: local directories first, so a folder named
+# like a bundled or published model is that folder; then bundled models, so `default` is always the
+# bundled one; then what must be fetched. A new kind is one function in one of these tuples.
+DIRECTORY_KINDS: tuple[Callable[[str], Model | None], ...] = (_training_run, _manylangs_dir, _original_dir)
+NAME_KINDS: tuple[Callable[[str], Model | None], ...] = (_bundled,)
+FETCH_KINDS: tuple[Callable[[str], Fetched | None], ...] = (_published, _archive_url)
 
 
 def bundled_models() -> list[str]:
@@ -194,15 +195,19 @@ def resolve(model: str | os.PathLike | Model | None = None, options: str | os.Pa
     if options is not None and model is not None:
         raise InputError("give either --model or --options/--weights, not both")
     if options is not None:
-        files = ModelFiles(*(Path(check_file(local_path(p), "a model file")) for p in (options, weights)))
+        files = ModelFiles(*(Path(check_file(local_file(p), "a model file")) for p in (options, weights)))
         return OriginalModel(files, f"{os.fspath(options)} + {os.fspath(weights)}")
     if isinstance(model, Model):
         return model
     text = os.fspath(model if model is not None else DEFAULT_MODEL)
-    for kind in KINDS:
+    for kind in (*DIRECTORY_KINDS, *NAME_KINDS):
         found = kind(text)
         if found is not None:
             return found
+    for fetch in FETCH_KINDS:
+        fetched = fetch(text)
+        if fetched is not None:
+            return _fetched_model(fetched, text)
     available = bundled_models()
     raise ModelFileError(f"{text}: neither a model directory nor a bundled model "
                          f"(bundled: {', '.join(available) if available else 'none in this installation'}), "
@@ -212,3 +217,33 @@ def resolve(model: str | os.PathLike | Model | None = None, options: str | os.Pa
 def load_model(model: str | os.PathLike | Model = DEFAULT_MODEL, stateful: bool = False) -> BiLM:
     """Any model this package reads, as a BiLM (see `resolve` for what `model` may be)."""
     return resolve(model).load(stateful=stateful)
+
+
+def local_file(path_or_url: str | os.PathLike) -> str | os.PathLike:
+    """One model file: a path as it is, a URL fetched (from a cache or downloaded) and its local path."""
+    return local_path(path_or_url)
+
+
+def load_bilm(options_file: str | os.PathLike | BiLMConfig, weight_file: str | os.PathLike | None,
+              stateful: bool = False) -> BiLM:
+    """`elmo.load_bilm`: `elmo.weights.load_bilm` (which reads local files only) with URLs taken too."""
+    if not isinstance(options_file, BiLMConfig):
+        options_file = local_file(options_file)
+    return load_local_bilm(options_file, None if weight_file is None else local_file(weight_file), stateful=stateful)
+
+
+def download_reference(reference: str) -> list[Path]:
+    """`elmo download`: a published model or a URL (of a model archive, or of one file) into the cache;
+    the local paths, without loading anything."""
+    from .hub.archives import is_archive_name
+
+    parts = urlsplit(reference)
+    if is_url(reference) and parts.scheme.lower() in ("http", "https") and not is_archive_name(parts.path):
+        from .hub.fetch import fetch
+
+        return [fetch(reference)]  # one file, which is not a model by itself
+    for fetch_kind in FETCH_KINDS:
+        fetched = fetch_kind(reference)
+        if fetched is not None:
+            return list(fetched) if isinstance(fetched, tuple) else [fetched]
+    raise ModelFileError(f"{reference}: not a published model's name nor a URL (`elmo models` lists the names)")

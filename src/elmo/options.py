@@ -12,8 +12,7 @@ from typing import Any
 from .chars import MAX_CHARS
 from .errors import ModelFileError
 from .fileio import atomic_path, read_json
-
-OPTIONS_NAME = "options.json"  # its name in a model directory
+from .layout import OPTIONS_NAME  # noqa: F401  (its old home, kept for imports)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import h5py
@@ -13,11 +12,10 @@ from .bilm import BiLM
 from .chars import N_CODES
 from .errors import ModelFileError
 from .fileio import atomic_path, check_file
+from .fingerprints import model_fingerprint  # noqa: F401  (its old home, kept for imports)
 from .hdf5_files import open_hdf5
-from .hub import local_path
+from .layout import WEIGHTS_NAME  # noqa: F401  (its old home, kept for imports)
 from .options import BiLMConfig, read_options, write_options
-
-WEIGHTS_NAME = "weights.hdf5"  # its name in a model directory
 
 
 def dataset_map(bilm: BiLM) -> dict[str, tuple[torch.Tensor, tuple[int, ...]]]:
@@ -61,12 +59,13 @@ def _open_hdf5(path: str) -> h5py.File:
 
 def load_bilm(options_file: str | os.PathLike | BiLMConfig, weight_file: str | os.PathLike | None,
               stateful: bool = False) -> BiLM:
-    """Build a BiLM from options.json and fill it from weights.hdf5 (or fresh weights if None).
+    """Build a BiLM from local options.json and fill it from local weights.hdf5 (or fresh weights if None).
+
+    Local files only: `elmo.load_bilm` (`elmo.models.load_bilm`) also takes URLs, fetched by the resolver.
 
     Shapes are checked against the options: a missing, extra or misshapen dataset is an error that
     names the file, the dataset, and the expected and found shapes.
     """
-    options_file, weight_file = local_path(options_file), local_path(weight_file)  # a URL is fetched (elmo.hub)
     config = options_file if isinstance(options_file, BiLMConfig) else read_options(options_file)
     if weight_file is None:
         return BiLM(config, stateful=stateful)
@@ -142,16 +141,3 @@ def save_bilm(bilm: BiLM, options_file: str | os.PathLike, weight_file: str | os
     write_options(bilm.config, options_file)
     save_weights(bilm, weight_file, float16=float16)
 
-
-def model_fingerprint(bilm: BiLM) -> str:
-    """sha256 of the architecture and every weight: the same model gives the same hash wherever it was
-    loaded from, so caches and part files can tell whether they were made by this model."""
-    h = hashlib.sha256(repr(bilm.config).encode())
-    if bilm.config.token_input is not None:  # only for lexicon models: the original models' hashes stay as they were
-        h.update(repr(bilm.config.token_input).encode())
-        h.update(bilm.lexicon.fingerprint())
-    for name, tensor in sorted(bilm.state_dict().items()):
-        array = tensor.detach().cpu().contiguous().numpy()
-        h.update(f"{name}:{array.dtype}:{array.shape}".encode())
-        h.update(memoryview(array.reshape(-1)).cast("B"))
-    return h.hexdigest()

@@ -86,7 +86,7 @@ def run_models(args: argparse.Namespace) -> int:
 
 def run_download(args: argparse.Namespace) -> int:
     from ..hub.cache import cache_root
-    from ..hub.published import download_reference
+    from ..models import download_reference
 
     for reference in args.models:
         if args.force:

@@ -10,7 +10,6 @@ boundaries; sentence-mode names are as they always were.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import tempfile
@@ -25,7 +24,8 @@ from ..documents import check_context
 from ..embed_file import embed_file
 from ..embedder import Embedder
 from ..errors import InputError
-from ..fileio import atomic_path, hash_file
+from ..fileio import atomic_path
+from ..fingerprints import files_fingerprint
 from ..hdf5_files import open_hdf5
 from ..models import resolve
 
@@ -51,8 +51,7 @@ class ElmoSpec:
 
     def fingerprint(self) -> str:
         """Hash of the model's bytes (options + weights), not of its path; int8 features get their own."""
-        digest = _file_hash(self.options_file, self.weight_file,
-                            os.path.getmtime(self.weight_file), os.path.getsize(self.weight_file))
+        digest = files_fingerprint(self.options_file, self.weight_file)
         return digest + "-int8" if self.int8 else digest
 
     def num_layers(self) -> int:
@@ -62,15 +61,6 @@ class ElmoSpec:
 
     def describe(self) -> str:
         return (self.name or f"{self.options_file} + {self.weight_file}") + (" (int8)" if self.int8 else "")
-
-
-@functools.lru_cache(maxsize=8)
-def _file_hash(options_file: str, weight_file: str, mtime: float, size: int) -> str:
-    """Hashed once per process and file version: a real weight file is hundreds of MB."""
-    h = hashlib.sha256()
-    for path in (options_file, weight_file):
-        hash_file(path, h)
-    return h.hexdigest()[:16]
 
 
 def bilm_token(token: str) -> str:

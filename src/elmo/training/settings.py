@@ -12,12 +12,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from ..layout import CHECKPOINT_DIR, METRICS_FILE, RUN_FILE  # noqa: F401  (their old home, kept for imports)
 from ..options import OPTIONS_NAME, BiLMConfig, read_options
 from .data import BATCHINGS, CHUNK_LINES, count_targets
 from .vocab import VOCAB_NAME, Vocab
 
 # A run directory: what `elmo train` writes there (models.py recognises a run by these names).
-RUN_FILE, METRICS_FILE, CHECKPOINT_DIR = "run.json", "metrics.jsonl", "checkpoints"
 # Our setting name -> bilm-tf's options.json key, and the original recipe's value.
 OPTION_KEYS = {
     "batch_size": ("batch_size", 128),

@@ -20,8 +20,7 @@ from torch import nn
 from ..errors import ModelFileError
 from ..fileio import atomic_path
 from ..hdf5_files import open_hdf5
-
-SOFTMAX_NAME = "softmax.hdf5"  # its name in an exported model directory
+from ..layout import SOFTMAX_NAME  # noqa: F401  (its old home, kept for imports)
 
 
 class Softmax(nn.Module):

@@ -15,9 +15,9 @@ import numpy as np
 from ..chars import BOS_TOKEN, EOS_TOKEN
 from ..errors import InputError, ModelFileError
 from ..fileio import atomic_path, iter_lines
+from ..layout import VOCAB_NAME  # noqa: F401  (its old home, kept for imports)
 from .data import expand_corpus, read_sentences
 
-VOCAB_NAME = "vocab.txt"  # its name in a run or exported model directory
 
 UNK_TOKEN = "<UNK>"
 SPECIALS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
