@@ -466,11 +466,15 @@ def wsd_target_verdict(metrics: dict, score: dict, verdict) -> str:
                                              f"layer 2 {abs(top - first):.1f} {gap} it")
 
 
+GRID_STATIC_SHA256 = "f33b73d2c0ab68d5"  # the vectors Table 1's runs read (a rebuild on another CPU differs)
+
+
 def static_fingerprint(path: Path) -> str:
-    """The vectors' checksum: one gensim worker rebuilds the same file, so a lost copy can be checked."""
-    if not path.is_file():
-        return ""
-    return f" (sha256 `{hash_file(path).hexdigest()[:16]}`)"
+    """The vectors' checksum: one gensim worker rebuilds the same file on one machine, so a copy can be checked."""
+    found = hash_file(path).hexdigest()[:16] if path.is_file() else None
+    if found in (None, GRID_STATIC_SHA256):
+        return f" (sha256 `{GRID_STATIC_SHA256}`)"
+    return f" (sha256 `{GRID_STATIC_SHA256}` when the grid ran; the file there now is `{found}`)"
 
 
 def header_section(grid: Grid, metrics: dict, runs: list[Run]) -> list[str]:
@@ -594,21 +598,35 @@ def commands_section(grid: Grid, runs: list[Run]) -> list[str]:
             "```", "elmo " + shlex.join(static_command(grid)), *commands, "```", ""]
 
 
-NER_ARM_COMMAND = ("elmo task train ner --train ../shared/data/conll2003/eng.train.gz --dev ../shared/data/conll2003/eng.testa.gz "
-                   "--test ../shared/data/conll2003/eng.testb.gz --elmo {model} {flags}--static ../runs/static/wiki-w2v300.bin "
-                   "--seed $s --cache-dir ../runs/cache --threads 1 --epochs 15 --patience 3 --num-layers 2 "
-                   "--out benchmarks/results/ner-arms/ner-elmo-{arm}-s$s.json")
+TASK_FILES = {"ner": "--train ../shared/data/conll2003/eng.train.gz --dev ../shared/data/conll2003/eng.testa.gz "
+                        "--test ../shared/data/conll2003/eng.testb.gz",
+              "sst5": "--train ../shared/data/sst5/trees/train.txt --dev ../shared/data/sst5/trees/dev.txt "
+                      "--test ../shared/data/sst5/trees/test.txt"}
+TASK_FLAGS = {"ner": "--epochs 15 --patience 3 --num-layers 2", "sst5": "--epochs 15 --patience 3"}
+ARM_COMMAND = ("elmo task train {task} {files} --elmo {model} {flags}--static ../runs/static/wiki-w2v300.bin "
+               "--seed $s --cache-dir ../runs/cache --threads 1 {task_flags} "
+               "--out benchmarks/results/ner-arms/{task}-elmo-{arm}-s$s.json")
+
+
+def arm_command(task: str, model: str, flags: str, arm: str) -> str:
+    """The `elmo task train` command of one arm, exactly as Table 1 runs the task, with one thing changed."""
+    return ARM_COMMAND.format(task=task, files=TASK_FILES[task], model=model, flags=flags, task_flags=TASK_FLAGS[task],
+                              arm=arm)
 
 
 class ArmComparison(NamedTuple):
-    """Two arms of the NER +ELMo run that differ in one flag, their metrics files under --ner-arms."""
+    """Two arms of a task's +ELMo run that differ in one thing, their metrics files under --ner-arms."""
 
     title: str
     about: str
-    arms: tuple[str, str]  # file-name parts: ner-elmo-{arm}-s{seed}.json
-    flags: tuple[str, str]  # what each arm adds to NER_ARM_COMMAND
+    arms: tuple[str, str]  # file-name parts: {task}-elmo-{arm}-s{seed}.json
+    flags: tuple[str, str]  # what each arm adds to ARM_COMMAND
     conditions: str  # when the runs ran and what else shared the machine
-    model: str = "default"  # --elmo of both arms
+    model: str | tuple[str, str] = "default"  # --elmo of both arms, or of each
+    task: str = "ner"
+
+    def models(self) -> tuple[str, str]:
+        return (self.model, self.model) if isinstance(self.model, str) else self.model
 
 
 CONDITIONS_DOCUMENT_ARMS = (
@@ -616,6 +634,16 @@ CONDITIONS_DOCUMENT_ARMS = (
     "(after the model's perplexity and sense checks), one process of one thread each, the seeds in turn; beside them, "
     "niced, the checkpoint scoring of docs/documents.md (F1 does not depend on the load; the runs' times do). Each run "
     "wrote under ../runs and was copied here.")
+
+CONDITIONS_DOMAIN_ARMS = {
+    "ner": "The untuned arm ran on 2026-12-06 from 02:58 to 03:55 UTC on an AMD EPYC (the int8 comparison above); the "
+           "tuned arm on 2026-12-06 from 19:42 UTC on an Intel Xeon with AVX-512, one process of one thread pinned to one "
+           "core, the seeds in turn, beside the SST-5 arms on the other core and helper sessions' niced test suites "
+           "(F1 does not depend on the load or, beyond float rounding, on the CPU; the runs' times do).",
+    "sst5": "Run on 2026-12-06 from 19:45 UTC on an Intel Xeon with AVX-512, one process of one thread pinned to one core, "
+            "the two arms alternating seed by seed, beside the NER arm on the other core and helper sessions' niced test "
+            "suites (accuracy does not depend on the load; the runs' times do).",
+}
 
 ARM_COMPARISONS = (
     ArmComparison("int8 against float32 biLM features (issue #49)",
@@ -632,27 +660,42 @@ ARM_COMPARISONS = (
                   "reset-0.5 run of docs/documents.md), not the bundled default.",
                   ("docmodel-sentence", "docmodel-document"), ("--context sentence ", "--context document "),
                   CONDITIONS_DOCUMENT_ARMS, model="../runs/doc-model"),
+    ArmComparison("NER with the biLM tuned on CoNLL-2003's training text (issue #55)",
+                  "The bundled model against the bundled model fine-tuned on the task's own training sentences "
+                  "(`elmo train --init-from default`, docs/finetuning.md: 4 epochs of the 203,621 training tokens at "
+                  "lr 0.03, its own vocabulary and softmax, each sentence from zero state), exported to "
+                  "`../runs/tuned/conll`; the tagger, its static vectors and seeds unchanged. The untuned arm is the "
+                  "float32 arm above (same command, same static vectors).",
+                  ("fp32", "conll-tuned"), ("", ""), CONDITIONS_DOMAIN_ARMS["ner"], model=("default", "../runs/tuned/conll")),
+    ArmComparison("SST-5 with the biLM tuned on SST-5's training sentences (issue #55)",
+                  "The bundled model against the bundled model fine-tuned on SST-5's 8,544 training sentences "
+                  "(163,566 tokens; 4 epochs at lr 0.03 as for NER), exported to `../runs/tuned/sst5`; the "
+                  "classifier, its static vectors and seeds unchanged.",
+                  ("base", "sst5-tuned"), ("", ""), CONDITIONS_DOMAIN_ARMS["sst5"], model=("default", "../runs/tuned/sst5"),
+                  task="sst5"),
 )
 
 
 def arm_comparisons_section(grid: Grid) -> list[str]:
-    """Paired NER arms (--ner-arms): one flag changed, the same static vectors and seeds."""
-    lines = ["## NER: one change at a time", "",
-             "The +ELMo NER run of Table 1 with one flag changed, 3 seeds per arm, both arms with the same",
-             "static vectors: `../runs/static/wiki-w2v300.bin` rebuilt on the machine of these runs (an AMD EPYC",
-             "with AVX-512) by the grid's `elmo static train` command; one gensim worker gives the same file on one",
-             "machine, but this one's differs from the grid's (sha256 `f63552321861b83a`), so these arms are not",
-             "compared with Table 1's runs. Metrics files: `benchmarks/results/ner-arms/`.", ""]
+    """Paired arms (--ner-arms): one thing changed, the same static vectors and seeds."""
+    lines = ["## One change at a time: paired arms", "",
+             "A +ELMo run of Table 1 with one thing changed, 3 seeds per arm, both arms with the same",
+             "static vectors: `../runs/static/wiki-w2v300.bin` rebuilt by the grid's `elmo static train` command on",
+             "the machines of these runs (an AMD EPYC with AVX-512; later an Intel Xeon with AVX-512, which gave the",
+             "same file, sha256 `f63552321861b83a`); one gensim worker gives the same file on one machine, but the",
+             "grid's differs (`f33b73d2c0ab68d5`), so these arms are not compared with Table 1's runs. Metrics files:",
+             "`benchmarks/results/ner-arms/`.", ""]
     for comparison in ARM_COMPARISONS:
-        files = [[grid.ner_arms / f"ner-elmo-{arm}-s{s}.json" for s in grid.seeds] for arm in comparison.arms]
+        files = [[grid.ner_arms / f"{comparison.task}-elmo-{arm}-s{s}.json" for s in grid.seeds] for arm in comparison.arms]
         lines += [f"### {comparison.title}", "", f"{comparison.about} {comparison.conditions}", ""]
         if not all(f.is_file() for arm_files in files for f in arm_files):
             lines += ["Not all runs are present yet.", ""]
         else:
             lines += [*compare_arms(files[0], files[1], comparison.arms), ""]
         lines += ["```bash", *(f"for s in {' '.join(map(str, grid.seeds))}; do "
-                               f"{NER_ARM_COMMAND.format(model=comparison.model, flags=flags, arm=arm)}; done"
-                               for arm, flags in zip(comparison.arms, comparison.flags)), "```", ""]
+                               f"{arm_command(comparison.task, model, flags, arm)}; done"
+                               for arm, flags, model in zip(comparison.arms, comparison.flags, comparison.models())),
+                  "```", ""]
     return lines
 
 
