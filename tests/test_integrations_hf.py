@@ -6,14 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, subprocess_env
+from conftest import subprocess_env
 
 pytest.importorskip("huggingface_hub", reason="needs huggingface_hub (pip install 'elmo-bilm[hf]')")
 
@@ -64,6 +63,14 @@ def hub_cache(tmp_path, allennlp_dir, monkeypatch):
     return tmp_path / "hf"
 
 
+def hf_in_resolver() -> bool:
+    """Whether elmo.models.resolve has the hf:// kind (it joins after core's "#54 item 1" commit)."""
+    import elmo.models as models
+
+    kinds = getattr(models, "FETCH_KINDS", ()) + getattr(models, "KINDS", ())
+    return any("huggingface" in kind.__name__ for kind in kinds)
+
+
 def test_references_parse():
     assert HubReference.parse("hf://o/r") == HubReference("o/r", None, "")
     assert HubReference.parse("hf://o/r@v1.0/a/b") == HubReference("o/r", "v1.0", "a/b")
@@ -103,3 +110,61 @@ def test_import_elmo_imports_no_framework():
             "print(sorted(m for m in ('flair', 'spacy', 'huggingface_hub', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(), check=True)
     assert out.stdout.strip() == "[]"
+
+
+ENTRY_POINTS = r"""
+import json, subprocess, sys
+import numpy as np
+import elmo
+from elmo.cli import main
+
+ref, want = sys.argv[1], np.load(sys.argv[2])
+sentence = ["The", "bank", "raised", "rates", "."]
+got = {
+    "resolve": elmo.Embedder(elmo.models.resolve(ref).load()).embed_sentence(sentence),
+    "load_model": elmo.Embedder(elmo.load_model(ref)).embed_sentence(sentence),
+    "Embedder.from_model": elmo.Embedder.from_model(ref).embed_sentence(sentence),
+    "options/weights": elmo.Embedder.from_files(ref + "/options.json", ref + "/weights.hdf5").embed_sentence(sentence),
+}
+elmo_module = elmo.Elmo.from_pretrained(ref, 1, dropout=0.0)
+assert elmo_module(elmo.batch_to_ids([sentence]))["elmo_representations"][0].shape[-1] == want.shape[-1]
+open("in.txt", "w").write(" ".join(sentence) + "\n")
+assert main(["embed", "in.txt", "out.hdf5", "--model", ref]) == 0
+import h5py
+got["elmo embed --model"] = h5py.File("out.hdf5")["0"][...]
+from flair.data import Sentence
+from elmo.integrations.flair import ELMoEmbeddings
+s = Sentence(" ".join(sentence))
+ELMoEmbeddings(ref, embedding_mode="all").embed(s)
+got["flair"] = np.stack([t.get_embedding().numpy() for t in s]).reshape(len(s), 3, -1).transpose(1, 0, 2)
+import spacy
+nlp = spacy.blank("en")
+nlp.add_pipe("elmo", config={"model": ref})
+got["spacy"] = nlp(" ".join(sentence))._.elmo
+for where, array in got.items():
+    assert np.abs(array - want).max() < 1e-6, where
+assert "huggingface_hub" in sys.modules
+print(json.dumps(sorted(got)))
+"""
+
+
+def test_every_entry_point_takes_an_hf_reference_offline(tmp_path, allennlp_dir):
+    """In a fresh process whose only hint is HF_HOME + HF_HUB_OFFLINE=1 (no network): resolve, load_model,
+    Embedder, Elmo.from_pretrained, options/weights files, `elmo embed --model`, flair and spaCy."""
+    pytest.importorskip("flair", reason="needs flair")
+    pytest.importorskip("spacy", reason="needs spaCy")
+    if not hf_in_resolver():
+        pytest.skip("hf:// references join elmo.models.resolve after core's #54 item 1 (issue #57 item 3)")
+    files = {name: (allennlp_dir / source).read_bytes()
+             for name, source in (("m/options.json", "options.json"), ("m/weights.hdf5", "lm_weights.hdf5"))}
+    write_repo(tmp_path / "hf" / "hub", "owner/tiny", files, {"v2": COMMIT})
+    want = elmo.Embedder.from_files(allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5").embed_sentence(
+        ["The", "bank", "raised", "rates", "."])
+    np.save(tmp_path / "want.npy", want)
+    env = dict(subprocess_env(), HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1", ELMO_OFFLINE="1",
+               ELMO_CACHE=str(tmp_path / "elmo-cache"))
+    env.pop("HF_HUB_CACHE", None)
+    done = subprocess.run([sys.executable, "-c", ENTRY_POINTS, "hf://owner/tiny@v2/m", str(tmp_path / "want.npy")],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(json.loads(done.stdout.strip().splitlines()[-1])) == 7
