@@ -44,7 +44,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--storage", choices=("cpu", "none"), default="cpu", help="flair's embeddings_storage_mode")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--max-sentences", type=int, default=None)
-    p.add_argument("--work", type=Path, default=None, help="flair's base path (default: beside --out)")
+    p.add_argument("--work", type=Path, default=None,
+                   help="flair's base path: column files, best-model.pt (default ../runs/flair-ner/OUT_STEM, outside the repo)")
     p.add_argument("--out", type=Path, required=True)
     return p.parse_args(argv)
 
@@ -103,7 +104,7 @@ def run(args: argparse.Namespace) -> dict:
 
     torch.set_num_threads(args.threads)
     flair.set_seed(args.seed)
-    work = args.work or args.out.with_suffix("")
+    work = args.work or REPO.parent / "runs" / "flair-ner" / args.out.stem
     write_column_files(args.data, work / "data", args.max_sentences)
     corpus = ColumnCorpus(work / "data", {0: "text", 3: "ner"}, train_file="train.txt", dev_file="dev.txt",
                           test_file="test.txt")
