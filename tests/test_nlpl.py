@@ -106,7 +106,6 @@ def assert_same(arrays, expected):
         np.testing.assert_allclose(got, want, atol=1e-6)
 
 
-@pytest.mark.skip(reason="#58 item 3: NLPL references reach resolve() after #54 item 1 lands (one resolver)")
 def test_every_entry_point(tmp_path, allennlp_dir, expected, cache, one_thread):
     for ref in nlpl_variants(tmp_path / "models", allennlp_dir):
         assert_same(list(elmo.Embedder.from_model(str(ref)).embed_sentences(SENTENCES)), expected)
@@ -123,7 +122,6 @@ def test_every_entry_point(tmp_path, allennlp_dir, expected, cache, one_thread):
             np.testing.assert_allclose(all_layers[row, :, : want.shape[1]], want, atol=1e-6)
 
 
-@pytest.mark.skip(reason="#58 item 3: NLPL references reach resolve() after #54 item 1 lands (one resolver)")
 @pytest.mark.parametrize("kind", ["folder", "zip"])
 def test_elmo_embed_model(tmp_path, allennlp_dir, expected, cache, kind, one_thread):
     d = nlpl_dir(tmp_path / "m", allennlp_dir, n_characters=261, vocab=False)
@@ -154,7 +152,7 @@ def test_a_zip_without_a_model_is_refused(tmp_path, cache):
     archive = tmp_path / "empty.zip"
     with zipfile.ZipFile(archive, "w") as z:
         z.writestr("notes.txt", "no model here")
-    with pytest.raises(ModelFileError, match="empty.zip: expected options.json"):
+    with pytest.raises(ModelFileError, match="empty.zip: the archive holds no model directory"):
         unpacked_zip(archive)
     evil = tmp_path / "evil.zip"
     with zipfile.ZipFile(evil, "w") as z:
@@ -226,3 +224,5 @@ def test_elmo_models_shows_meta_facts_of_a_cached_model(tmp_path, allennlp_dir, 
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["nlpl-210"]["cached"] == "elmo" and rows["nlpl-210"]["meta"]["lemmatized"] == "True"
     assert rows["nlpl-210"]["preprocessing"] == "lemmas" and rows["nlpl-211"]["meta"] == {}
+    embedder = elmo.Embedder.from_model("nlpl-210")  # the catalog name, from the cache (offline)
+    assert embedder.bilm.output_dim() == 32

@@ -22,6 +22,9 @@ VOCAB_NAME = "vocab.txt"
 # A training run (`elmo train --out RUN`): options and vocab as above, plus these.
 RUN_FILE, METRICS_FILE, CHECKPOINT_DIR = "run.json", "metrics.jsonl", "checkpoints"
 
+# An NLPL download (src/elmo/nlpl.py): options.json + model.hdf5, vocab.txt and meta.json optional.
+NLPL_WEIGHTS, META_NAME = "model.hdf5", "meta.json"
+
 # An ELMoForManyLangs model directory (src/elmo/manylangs.py).
 MANYLANGS_CONFIG, CHAR_DIC, WORD_DIC = "config.json", "char.dic", "word.dic"
 TOKEN_EMBEDDER_PKL, ENCODER_PKL = "token_embedder.pkl", "encoder.pkl"
@@ -74,9 +77,26 @@ def is_manylangs_dir(path: str | os.PathLike) -> bool:
     return bool(has & {ENCODER_PKL, TOKEN_EMBEDDER_PKL}) or (MANYLANGS_CONFIG in has and bool(has & {CHAR_DIC, WORD_DIC}))
 
 
+def nlpl_weights(path: str | os.PathLike) -> Path | None:
+    """The weights of an NLPL download's folder (src/elmo/nlpl.py): options.json beside model.hdf5, or beside
+    its one .hdf5 file other than softmax.hdf5; None for any other folder, and for one with weights.hdf5
+    (the original format). Several candidate .hdf5 files are an error that names them."""
+    d = Path(path)
+    if not d.is_dir() or not (d / OPTIONS_NAME).is_file() or (d / WEIGHTS_NAME).is_file():
+        return None
+    if (d / NLPL_WEIGHTS).is_file():
+        return d / NLPL_WEIGHTS
+    found = sorted(p for p in d.glob("*.hdf5") if p.is_file() and p.name != SOFTMAX_NAME)
+    if len(found) > 1:
+        names = ", ".join(p.name for p in found)
+        raise ModelFileError(f"{d}: {OPTIONS_NAME} beside {len(found)} .hdf5 files ({names}); which holds the "
+                             f"weights? Name it {NLPL_WEIGHTS} (or {WEIGHTS_NAME})")
+    return found[0] if found else None
+
+
 def is_model_dir(path: str | os.PathLike) -> bool:
     """A directory that holds a model in a format this package loads."""
-    return is_original_dir(path) or is_manylangs_dir(path)
+    return is_original_dir(path) or is_manylangs_dir(path) or nlpl_weights(path) is not None
 
 
 def model_dir_in(folder: Path, source: str) -> Path:

@@ -41,6 +41,7 @@ from .layout import (
     is_training_run,
 )
 from .manylangs import load_manylangs
+from .nlpl import is_model_zip, nlpl_files
 from .options import BiLMConfig
 from .weights import load_bilm as load_local_bilm
 
@@ -141,6 +142,22 @@ def _bundled(text: str) -> Model | None:
     return OriginalModel(ModelFiles.from_dir(BUNDLED_DIR / text), text)
 
 
+def _nlpl_dir(text: str) -> Model | None:
+    """An NLPL download's folder: options.json beside model.hdf5 (or its one .hdf5 file), vocab.txt optional."""
+    files = nlpl_files(text)
+    return None if files is None else OriginalModel(ModelFiles(files.options_file, files.weight_file,
+                                                               files.vocab_file), text)
+
+
+def _local_zip(text: str) -> Fetched | None:
+    """A local .zip holding a model (NLPL's downloads), unpacked once into the cache (src/elmo/hub/nlpl_zip.py)."""
+    if not is_model_zip(text):
+        return None
+    from .hub.nlpl_zip import unpacked_zip
+
+    return unpacked_zip(text)
+
+
 def _published(text: str) -> Fetched | None:
     """A published model by name (`elmo models`; src/elmo/hub/catalog.json), from a cache or downloaded."""
     published = find_published(text)
@@ -168,9 +185,10 @@ def _fetched_model(found: Fetched, name: str) -> Model:
 # Every kind of reference, in the order `resolve` tries them: local directories first, so a folder named
 # like a bundled or published model is that folder; then bundled models, so `default` is always the
 # bundled one; then what must be fetched. A new kind is one function in one of these tuples.
-DIRECTORY_KINDS: tuple[Callable[[str], Model | None], ...] = (_training_run, _manylangs_dir, _original_dir)
+DIRECTORY_KINDS: tuple[Callable[[str], Model | None], ...] = (_training_run, _manylangs_dir, _nlpl_dir,
+                                                                _original_dir)
 NAME_KINDS: tuple[Callable[[str], Model | None], ...] = (_bundled,)
-FETCH_KINDS: tuple[Callable[[str], Fetched | None], ...] = (_published, _archive_url)
+FETCH_KINDS: tuple[Callable[[str], Fetched | None], ...] = (_local_zip, _published, _archive_url)
 
 
 def bundled_models() -> list[str]:

@@ -17,13 +17,7 @@ from pathlib import Path
 
 from .errors import ModelFileError
 from .fileio import read_json
-
-OPTIONS_NAME = "options.json"
-NLPL_WEIGHTS = "model.hdf5"  # the weights' name in an NLPL zip
-ORIGINAL_WEIGHTS = "weights.hdf5"  # a folder with this name is in the original layout, not this one
-NOT_WEIGHTS = ("softmax.hdf5",)  # other .hdf5 files a model folder may hold
-VOCAB_NAMES = ("vocab.txt",)
-META_NAME = "meta.json"
+from .layout import META_NAME, OPTIONS_NAME, VOCAB_NAME, nlpl_weights
 
 
 @dataclass(frozen=True)
@@ -38,21 +32,12 @@ class NLPLFiles:
 
 def nlpl_files(directory: str | os.PathLike) -> NLPLFiles | None:
     """The files of an NLPL-shaped folder (options.json beside model.hdf5, or beside its one .hdf5 file);
-    None for any other folder. Several candidate .hdf5 files are refused, naming them."""
-    d = Path(directory)
-    if not d.is_dir() or not (d / OPTIONS_NAME).is_file() or (d / ORIGINAL_WEIGHTS).is_file():
+    None for any other folder. Several candidate .hdf5 files are refused, naming them (elmo.layout)."""
+    weights = nlpl_weights(directory)
+    if weights is None:
         return None
-    weights = d / NLPL_WEIGHTS
-    if not weights.is_file():
-        candidates = sorted(p for p in d.glob("*.hdf5") if p.is_file() and p.name not in NOT_WEIGHTS)
-        if not candidates:
-            return None
-        if len(candidates) > 1:
-            raise ModelFileError(f"{d}: {OPTIONS_NAME} beside {len(candidates)} .hdf5 files "
-                                 f"({', '.join(p.name for p in candidates)}); which holds the weights? Name it "
-                                 f"{NLPL_WEIGHTS} (or {ORIGINAL_WEIGHTS})")
-        weights = candidates[0]
-    vocab = next((d / n for n in VOCAB_NAMES if (d / n).is_file()), None)
+    d = weights.parent
+    vocab = d / VOCAB_NAME if (d / VOCAB_NAME).is_file() else None
     meta = d / META_NAME if (d / META_NAME).is_file() else None
     return NLPLFiles(d / OPTIONS_NAME, weights, vocab, meta)
 

@@ -2,7 +2,7 @@
 
 The copy lives in `$ELMO_CACHE/local/<key>/extracted`, keyed by the zip's resolved path, size and
 modification time (elmo.nlpl.zip_key), so a replaced zip is unpacked again and the original is
-never touched. The model is the folder at the top of the archive or the one folder below it.
+never touched. The model is the one model folder in it (elmo.layout.model_dir_in).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from ..errors import ModelFileError
-from ..nlpl import is_nlpl_dir, meta_facts, nlpl_files, zip_key
+from ..layout import model_dir_in
+from ..nlpl import meta_facts, nlpl_files, zip_key
 from .archives import extract_archive
 from .cache import cache_root
 
@@ -30,26 +30,7 @@ def unpacked_zip(path: str | os.PathLike) -> Path:
         with FileLock(folder / ".lock"):
             if not extracted.is_dir():
                 extract_archive(path, extracted)
-    return model_folder(extracted, os.fspath(path))
-
-
-def model_folder(extracted: Path, source: str) -> Path:
-    """`extracted` itself when the model files are at the archive's top, else its one subfolder."""
-    if _holds_model(extracted):
-        return extracted
-    below = [d for d in sorted(extracted.iterdir()) if d.is_dir() and _holds_model(d)]
-    if len(below) == 1:
-        return below[0]
-    raise ModelFileError(f"{source}: expected options.json with model.hdf5 (or weights.hdf5) at the top of the zip "
-                         f"or in one folder; found {'several such folders' if below else 'none'} "
-                         f"(unpacked in {extracted})")
-
-
-def _holds_model(folder: Path) -> bool:
-    from ..manylangs import is_manylangs_dir
-
-    return is_nlpl_dir(folder) or (folder / "weights.hdf5").is_file() and (folder / "options.json").is_file() \
-        or is_manylangs_dir(folder)
+    return model_dir_in(extracted, os.fspath(path))
 
 
 def cached_meta_facts(archive_url: str) -> dict[str, str]:
@@ -59,5 +40,5 @@ def cached_meta_facts(archive_url: str) -> dict[str, str]:
     extracted = CacheEntry.for_url(archive_url).extracted
     if not extracted.is_dir():
         return {}
-    files = nlpl_files(model_folder(extracted, archive_url))
+    files = nlpl_files(model_dir_in(extracted, archive_url))
     return meta_facts(files.meta_file) if files is not None and files.meta_file is not None else {}
