@@ -21,6 +21,7 @@ from elmo.cli import main as cli_main
 from elmo.errors import InputError
 from elmo.training.checkpoint import list_checkpoints, load_checkpoint
 from elmo.training.export import load_run
+from elmo.training.finetune import describe_start
 from elmo.training.settings import FINETUNE_DEFAULTS, RunConfig, fresh_run
 from elmo.training.trainer import TrainSettings, _build_model, _model_options, train
 from elmo.training.vocab import Vocab
@@ -171,7 +172,8 @@ def domain_vocab(tmp_path, model_vocab: Vocab, new_words: list[str]) -> Vocab:
 
 def start_model(tmp_path, reference, vocab_path, seed=0, **kw):
     """The model a run starting from `reference` holds at step 0, and its run settings."""
-    s = TrainSettings(out=str(tmp_path / "unused"), train=[str(BILM_TF / "train" / "data.txt")], vocab=str(vocab_path),
+    s = TrainSettings(out=str(tmp_path / "unused"), train=[str(BILM_TF / "train" / "data.txt")],
+                      vocab=str(vocab_path) if vocab_path else None,
                       init_from=str(reference) if reference else None, seed=seed, max_steps=2, **kw)
     options, run, vocab = fresh_run(s, _model_options)
     torch.manual_seed(run.seed)
@@ -196,6 +198,8 @@ def test_a_model_with_a_softmax_keeps_its_rows_for_shared_words(tmp_path, model_
     out = tmp_path / "tuned"
     assert cli_main(tune_flags(model_with_softmax, (corpus[0], vocab.source), out, "--max-steps", "2")) == 0
     assert all("phase" not in r for r in records(out))  # no softmax phase
+    own, _, own_vocab = start_model(tmp_path, model_with_softmax, None)  # no --vocab: the model's own, every row kept
+    assert own_vocab.tokens == source_vocab.tokens and torch.equal(own.softmax.W, W)
 
 
 @pytest.mark.slow  # loads the bundled model (36 MB) twice
@@ -258,7 +262,7 @@ def test_every_kind_of_reference_starts_from_the_same_weights(tmp_path, fixture_
     with serve({"/m.tar.gz": archive_bytes("tar", files), "/m.zip": archive_bytes("zip", files)}) as server:
         monkeypatch.delenv("ELMO_OFFLINE")
         for reference, kind in ((fixture_model, "model directory"), (offline_original, "published model"),
-                                (server.url("/m.tar.gz"), "model archive URL"), (server.url("/m.zip"), "model archive URL")):
+                                (server.url("/m.tar.gz"), "model URL"), (server.url("/m.zip"), "model URL")):
             model, run, _ = start_model(tmp_path, reference, corpus[1])
             assert run.finetune["kind"] == kind and run.softmax_steps == FINETUNE_DEFAULTS["softmax_steps"], reference
             for name, value in bilm_weights(model.state_dict()).items():
@@ -268,6 +272,8 @@ def test_every_kind_of_reference_starts_from_the_same_weights(tmp_path, fixture_
     assert run.finetune["kind"] == "training run" and run.softmax_steps == 0
     for name, value in model.state_dict().items():
         assert torch.equal(value, trained.state_dict()[name]), name
+    bundled = describe_start("default")  # the weights it starts from: the slow test above
+    assert (bundled.kind, bundled.has_softmax) == ("bundled model", True) and bundled.vocab_file.endswith("vocab.txt")
     monkeypatch.setenv("ELMO_OFFLINE", "1")
     out = tmp_path / "by-name"
     assert cli_main(tune_flags(offline_original, corpus, out, "--softmax-steps", "1", "--max-steps", "2")) == 0
@@ -295,6 +301,8 @@ def test_fine_tuning_defaults_and_refusals(tmp_path, fixture_model, corpus):
     assert run.finetune["lr"] == 0.05 and run.finetune["defaults"] == ["optimizer"] and run.softmax_steps == 0
     stored = RunConfig.from_json(run.to_json(1))
     assert stored == run
+    with pytest.raises(InputError, match=r"--vocab is required: --init-from .* has no vocab.txt to use"):
+        start_model(tmp_path, fixture_model, None)
     with pytest.raises(InputError, match="no fine-tuning rate is measured for it; give --lr"):
         start_model(tmp_path, fixture_model, corpus[1], optimizer="adam")
     with pytest.raises(InputError, match="--softmax-steps is the first phase of a fine-tune; it needs --init-from"):
@@ -313,3 +321,14 @@ def test_fine_tuning_defaults_and_refusals(tmp_path, fixture_model, corpus):
     train(TrainSettings(out=str(out), softmax_steps=1, max_steps=2, **settings))
     with pytest.raises(InputError, match=r"--softmax-steps 2: the run in .* was started with 1"):
         train(TrainSettings(out=str(out), resume=True, softmax_steps=2, max_steps=3, progress=False))
+
+
+def test_document_batching_scores_in_document_mode(tmp_path, model_with_softmax, corpus):
+    lines = corpus[0].read_text().splitlines()
+    documents = tmp_path / "docs.txt"
+    documents.write_text("\n".join(lines[:2]) + "\n\n" + "\n".join(lines[2:]) + "\n")
+    out = tmp_path / "doc-run"
+    assert cli_main(tune_flags(model_with_softmax, (documents, model_with_softmax / "vocab.txt"), out, "--max-steps", "1",
+                               "--batching", "document", "--valid", str(documents))) == 0
+    assert [(r["step"], r["valid"]["mode"]) for r in records(out) if "valid" in r] == [(0, "document"), (1, "document")]
+    assert json.loads((out / "run.json").read_text())["valid"]["mode"] == "document"

@@ -14,7 +14,6 @@ import os
 
 import torch
 
-from ..hub import is_url
 from ..models import TrainingRun, bundled_models, resolve
 from ..options import OPTIONS_NAME, read_options
 from ..weights import load_bilm
@@ -22,7 +21,7 @@ from .export import load_run
 from .model import LanguageModel
 from .settings import RunConfig, StartModel, check
 from .softmax import Softmax, load_softmax
-from .vocab import Vocab
+from .vocab import VOCAB_NAME, Vocab
 
 PHASES = ("softmax", "all")  # what trains: the softmax alone (biLM frozen), then every trainable weight
 
@@ -32,10 +31,11 @@ def describe_start(reference: str) -> StartModel:
     model = resolve(reference)
     if isinstance(model, TrainingRun):
         options = read_options(model.directory / OPTIONS_NAME).to_options()
-        return StartModel(reference, "training run", _architecture(options), has_softmax=True)
+        return StartModel(reference, "training run", _architecture(options), True, str(model.directory / VOCAB_NAME))
     files = model.original_files()  # a model in another format refuses here, saying what it needs
     options = read_options(files.options_file).to_options()
-    return StartModel(reference, _kind(reference), _architecture(options), has_softmax=files.softmax_file is not None)
+    vocab = str(files.vocab_file) if files.vocab_file is not None else None
+    return StartModel(reference, _kind(reference), _architecture(options), files.softmax_file is not None, vocab)
 
 
 def _architecture(options: dict) -> dict:
@@ -44,10 +44,10 @@ def _architecture(options: dict) -> dict:
 
 
 def _kind(reference: str) -> str:
-    if is_url(reference):
-        return "model archive URL"
+    if "://" in reference:
+        return "model URL"
     if os.path.exists(reference):
-        return "model directory" if os.path.isdir(reference) else "model archive"
+        return "model directory" if os.path.isdir(reference) else "model file"
     return "bundled model" if reference in bundled_models() else "published model"
 
 

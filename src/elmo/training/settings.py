@@ -212,6 +212,7 @@ class StartModel:
     kind: str  # "bundled model", "model directory", "training run", ...: for run.json and the model card
     options: dict  # its architecture (lstm, char_cnn)
     has_softmax: bool
+    vocab_file: str | None = None  # its vocabulary, the run's when --vocab is not given
 
 
 def fresh_run(s: TrainSettings, model_options: Callable[[str], StartModel]) -> tuple[dict, RunConfig, Vocab]:
@@ -219,7 +220,7 @@ def fresh_run(s: TrainSettings, model_options: Callable[[str], StartModel]) -> t
     `--init-from`'s model -> a StartModel (resolved by the caller: models.py sits above this module)."""
     check_flags(s)
     check(bool(s.train), "--train is required (a file or glob of tokenized text, one sentence per line)")
-    check(s.vocab is not None, "--vocab is required (make one with `elmo vocab`)")
+    check(s.vocab is not None or s.init_from is not None, "--vocab is required (make one with `elmo vocab`)")
     start = None
     if s.init_from is not None:
         check(s.weight_init is None, "--init-from starts from that model's weights; drop --weight-init")
@@ -242,7 +243,10 @@ def fresh_run(s: TrainSettings, model_options: Callable[[str], StartModel]) -> t
                                    valid=_valid_choice(s, given.get("batching", RUN_KEYS["batching"]))))
     options["learning_rate"] = s.lr if s.lr is not None else options.get("learning_rate", LR_DEFAULTS.get(run.optimizer, 0.2))
     options["bidirectional"] = True
-    vocab = Vocab.load(s.vocab)
+    vocab_file = s.vocab if s.vocab is not None else start.vocab_file
+    check(vocab_file is not None, f"--vocab is required: --init-from {s.init_from} has no {VOCAB_NAME} to use "
+          "(make one from your text with `elmo vocab`)")
+    vocab = Vocab.load(vocab_file)
     options["n_tokens_vocab"] = len(vocab)
     validate(options, run)
     return options, run, vocab

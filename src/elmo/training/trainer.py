@@ -6,7 +6,9 @@ the weights, the optimizer, the step, and per rank the data position, the LSTM s
 states, so a resumed run computes exactly what the uninterrupted one would have.
 SIGTERM (a scheduler's preemption; torchrun forwards it) saves a checkpoint and stops after the
 current step; SIGUSR1 saves one and goes on. What a checkpoint holds is state.TrainingState; each
-update is `train_step` (what benchmarks/speed.py times).
+update is `train_step` (what benchmarks/speed.py times). A fine-tune (`--init-from`) starts from
+another model and may begin with a softmax-only phase (finetune.py); `--valid` scores held-out text
+between steps (heldout.py).
 """
 
 from __future__ import annotations
