@@ -136,6 +136,14 @@ def _original_dir(text: str) -> Model | None:
     return OriginalModel(ModelFiles.from_dir(text), text) if os.path.isdir(text) else None
 
 
+def _bilm_tf_checkpoint(text: str) -> Model | None:
+    """A bilm-tf run directory (options.json + `checkpoint`, the newest taken) or a TensorFlow checkpoint prefix,
+    imported once into the cache with its softmax (src/elmo/tf/reference.py)."""
+    from .tf.reference import imported_model_dir, is_bilm_tf_reference
+
+    return Model.from_path(imported_model_dir(text), name=text) if is_bilm_tf_reference(text) else None
+
+
 def _bundled(text: str) -> Model | None:
     if os.sep in text or not (BUNDLED_DIR / text / WEIGHTS_NAME).is_file():
         return None
@@ -163,6 +171,10 @@ def _published(text: str) -> Fetched | None:
     published = find_published(text)
     if published is None:
         return None
+    if published.checkpoint_files:  # a bilm-tf checkpoint with its softmax: fetched, then imported once
+        from .tf.reference import fetch_published_checkpoint
+
+        return fetch_published_checkpoint(dict(published.checkpoint_files))
     from .hub.published import fetch_published
 
     return fetch_published(published)
@@ -185,8 +197,8 @@ def _fetched_model(found: Fetched, name: str) -> Model:
 # Every kind of reference, in the order `resolve` tries them: local directories first, so a folder named
 # like a bundled or published model is that folder; then bundled models, so `default` is always the
 # bundled one; then what must be fetched. A new kind is one function in one of these tuples.
-DIRECTORY_KINDS: tuple[Callable[[str], Model | None], ...] = (_training_run, _manylangs_dir, _nlpl_dir,
-                                                                _original_dir)
+DIRECTORY_KINDS: tuple[Callable[[str], Model | None], ...] = (_training_run, _manylangs_dir, _bilm_tf_checkpoint,
+                                                                _nlpl_dir, _original_dir)
 NAME_KINDS: tuple[Callable[[str], Model | None], ...] = (_bundled,)
 FETCH_KINDS: tuple[Callable[[str], Fetched | None], ...] = (_local_zip, _published, _archive_url)
 

@@ -21,9 +21,8 @@ import numpy as np
 from elmo.chars import N_CODES
 from elmo.errors import ModelFileError
 from elmo.fileio import atomic_dir, check_not_input
-from elmo.options import OPTIONS_NAME
+from elmo.layout import OPTIONS_NAME, SOFTMAX_NAME, VOCAB_NAME, WEIGHTS_NAME
 from elmo.tf.checkpoint import TFCheckpoint, latest_checkpoint
-from elmo.weights import WEIGHTS_NAME
 
 SCOPE = "lm/"
 SOFTMAX_W, SOFTMAX_B = "lm/softmax/W", "lm/softmax/b"
@@ -146,8 +145,7 @@ def write_softmax(W: np.ndarray, b: np.ndarray, path: Path) -> None:
 def import_bilm_checkpoint(source: BilmCheckpoint, out_dir: str | os.PathLike, overwrite: bool = False) -> Path:
     """Write OUT: options.json (for prediction), weights.hdf5, softmax.hdf5 and (when known) vocab.txt, atomically.
     Without vocab.txt, scoring text needs the training vocabulary given again (`elmo perplexity --vocab`)."""
-    from elmo.training.softmax import SOFTMAX_NAME
-    from elmo.training.vocab import VOCAB_NAME, write_vocab
+    from elmo.training.vocab import write_vocab
 
     check_not_input(out_dir, {"CKPT_PREFIX": str(source.prefix), "--options": source.options_file,
                               "--vocab": source.vocab_file}, flag="OUT", folder=True)

@@ -12,9 +12,8 @@ import hashlib
 import os
 from pathlib import Path
 
-from elmo.options import OPTIONS_NAME
+from elmo.layout import OPTIONS_NAME, WEIGHTS_NAME
 from elmo.tf.checkpoint import checkpoint_prefix, is_checkpoint_prefix
-from elmo.weights import WEIGHTS_NAME
 
 CHECKPOINT_INDEX = "checkpoint"  # the text file where TensorFlow's Saver names the newest checkpoint
 CACHE_PREFIX = "tf-"
