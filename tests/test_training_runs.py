@@ -287,7 +287,8 @@ def test_train_export_embed_round_trip(tmp_path, fixture_run):
             np.testing.assert_allclose(f[str(i)][...], layers.numpy(), rtol=1e-5, atol=1e-5)
     assert direct.config.projection_dim == 16
 
-    # fine-tuning starts from exactly the exported weights and softmax, and refuses another vocabulary
+    # fine-tuning starts from exactly the exported weights and softmax; another vocabulary gets the rows by word
+    # (tests/test_finetune.py), and is refused only where the model has no vocab.txt to match them by
     info = json.loads((run / "run.json").read_text())
     options = json.loads((run / "options.json").read_text())
     start, _ = _build_model(options, vocab, RunConfig.from_json(dict(info, init_from=str(model_dir))), rank=0)
@@ -299,8 +300,11 @@ def test_train_export_embed_round_trip(tmp_path, fixture_run):
     assert json.loads((tuned / "options.json").read_text())["lstm"] == options["lstm"]
     other_vocab = tmp_path / "other.txt"
     other_vocab.write_text("<S>\n</S>\n<UNK>\nthe\n")
+    no_vocab = tmp_path / "no-vocab"
+    shutil.copytree(model_dir, no_vocab)
+    (no_vocab / "vocab.txt").unlink()
     with pytest.raises(ModelFileError, match=r"softmax.hdf5: W has shape \(80, 16\) .* expected \(4, 16\)"):
-        train(TrainSettings(out=str(tmp_path / "bad"), init_from=str(model_dir), vocab=str(other_vocab),
+        train(TrainSettings(out=str(tmp_path / "bad"), init_from=str(no_vocab), vocab=str(other_vocab),
                             train=[str(data)], max_steps=1, sampled=False, progress=False))
 
 
