@@ -148,7 +148,8 @@ def main() -> None:
         initial = out / "initial-model"
         if not (initial / "weights.hdf5").exists():
             write_initial_model(initial, args.seed, args.init, vocab)
-        architecture = {"init_from": str(initial), "freeze": [FIXED_PROJECTIONS]}
+        # a fresh model, not a fine-tune: no softmax-only phase (`elmo train --softmax-steps 0`)
+        architecture = {"init_from": str(initial), "freeze": [FIXED_PROJECTIONS], "softmax_steps": 0}
     else:
         if args.init != "bilm-tf":
             raise SystemExit("--weight-init kim needs --projection-dim 525 (the model is written before training)")
