@@ -189,6 +189,14 @@ def _archive_url(text: str) -> Fetched | None:
     return fetch_model_url(text)
 
 
+def _huggingface(text: str) -> Fetched | None:
+    """hf://OWNER/REPO[@REVISION][/PATH]: a model folder in a Hugging Face Hub repository, through huggingface_hub's
+    cache (src/elmo/hub/huggingface.py); tried before _archive_url, which would take it for a URL."""
+    from .hub.huggingface import hf_model_dir, is_hf_reference
+
+    return hf_model_dir(text) if is_hf_reference(text) else None
+
+
 def _fetched_model(found: Fetched, name: str) -> Model:
     """What a fetch kind made, as a model: a pair of files as they are, a directory by DIRECTORY_KINDS."""
     return OriginalModel(ModelFiles(*found), name) if isinstance(found, tuple) else Model.from_path(found, name=name)
@@ -200,7 +208,7 @@ def _fetched_model(found: Fetched, name: str) -> Model:
 DIRECTORY_KINDS: tuple[Callable[[str], Model | None], ...] = (_training_run, _manylangs_dir, _bilm_tf_checkpoint,
                                                                 _nlpl_dir, _original_dir)
 NAME_KINDS: tuple[Callable[[str], Model | None], ...] = (_bundled,)
-FETCH_KINDS: tuple[Callable[[str], Fetched | None], ...] = (_local_zip, _published, _archive_url)
+FETCH_KINDS: tuple[Callable[[str], Fetched | None], ...] = (_local_zip, _published, _huggingface, _archive_url)
 
 
 def bundled_models() -> list[str]:
@@ -250,7 +258,12 @@ def load_model(model: str | os.PathLike | Model = DEFAULT_MODEL, stateful: bool 
 
 
 def local_file(path_or_url: str | os.PathLike) -> str | os.PathLike:
-    """One model file: a path as it is, a URL fetched (from a cache or downloaded) and its local path."""
+    """One model file: a path as it is, a URL or an hf:// file reference fetched (from a cache or downloaded) and
+    its local path."""
+    if isinstance(path_or_url, str) and path_or_url.startswith("hf://"):
+        from .hub.huggingface import hf_file
+
+        return hf_file(path_or_url)
     return local_path(path_or_url)
 
 
