@@ -43,7 +43,7 @@ def measure(model: str, threads: int, passes: int, sentence_batch: int, document
     import torch
 
     from elmo import Embedder
-    from elmo.flops import forward_flops_per_token
+    from elmo.options import read_options
     from elmo.models import resolve
 
     sys.path.insert(0, str(HERE))
@@ -66,7 +66,7 @@ def measure(model: str, threads: int, passes: int, sentence_batch: int, document
             if index:
                 times[mode].append(time.perf_counter() - start)
     limit = gemm_flops(threads)
-    flops = forward_flops_per_token(json.loads(resolved.original_files().options_file.read_text()))
+    flops = read_options(resolved.original_files().options_file).forward_flops_per_token
     result = {"threads": threads, "documents": len(documents), "sentences": len(sentences), "tokens": tokens,
               "gemm_flops": limit}
     for mode, seconds in times.items():

@@ -26,7 +26,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from elmo.flops import forward_flops_per_token, train_flops_per_token
 from elmo.training.presets import preset_options
 
 HERE = Path(__file__).resolve().parent
@@ -299,8 +298,9 @@ def main() -> None:
         options = options_for(shape)
         model_dir = work / shape
         model_dir.mkdir()
-        save_bilm(BiLM(BiLMConfig.from_options(options)), model_dir / "options.json", model_dir / "weights.hdf5")
-        flops = forward_flops_per_token(options)
+        config = BiLMConfig.from_options(options)
+        save_bilm(BiLM(config), model_dir / "options.json", model_dir / "weights.hdf5")
+        flops = config.forward_flops_per_token
         for t in threads:
             for order in ("file", "sorted"):
                 common = ["--options", str(model_dir / "options.json"), "--weights", str(model_dir / "weights.hdf5"),
@@ -336,7 +336,7 @@ def main() -> None:
             options_file = work / f"train-{shape}.json"
             options_file.write_text(json.dumps(options))
             negatives = args.train_negatives or options.get("n_negative_samples_batch", 8192)
-            flops = train_flops_per_token(options, negatives)
+            flops = BiLMConfig.from_options(options).train_flops_per_token(negatives)
             for t, procs, precision in itertools.product(threads, processes, precisions):
                 if t % procs or (procs > 1 and args.device != "cpu"):
                     continue

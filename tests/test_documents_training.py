@@ -162,9 +162,9 @@ def test_reset_rate_needs_document_batching(tmp_path):
 
 
 def test_a_corpus_without_document_breaks_is_refused(tmp_path, monkeypatch):
-    import elmo.training.data as data
+    import elmo.documents as documents  # the one document-length check, for embedding and training
 
-    monkeypatch.setattr(data, "MAX_DOCUMENT_LINES", 5)
+    monkeypatch.setattr(documents, "MAX_DOCUMENT_LINES", 5)
     path = tmp_path / "flat.txt"
     path.write_text("a b\n" * 20, encoding="utf-8")
     with pytest.raises(InputError, match=r"flat.txt, line 6: a document of more than 5 sentences; expected blank lines"):

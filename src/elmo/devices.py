@@ -1,12 +1,16 @@
-"""Which torch device a command or an `Embedder` runs on, checked once, and one GPU per torchrun rank."""
+"""Which torch device a command or an `Embedder` runs on, checked once; torchrun's ranks, their process
+group and one GPU per rank, for embedding and training alike."""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
+from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
+import torch.distributed as dist
 
 from .errors import InputError
 
@@ -43,15 +47,43 @@ def move_tensors(batch: T, device: str | torch.device) -> T:
     return dataclasses.replace(batch, **moved)
 
 
+@dataclass(frozen=True)
+class TorchrunPlace:
+    """This process among torchrun's workers (RANK, LOCAL_RANK, WORLD_SIZE): rank 0 of 1 without torchrun."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world: int = 1
+
+    @classmethod
+    def from_env(cls) -> TorchrunPlace:
+        env = os.environ
+        return cls(int(env.get("RANK", "0")), int(env.get("LOCAL_RANK", "0")), int(env.get("WORLD_SIZE", "1")))
+
+    def join(self, backend: str, timeout: datetime.timedelta | None = None) -> None:
+        """Start the process group once when torchrun launched several processes (a plain run has none)."""
+        if self.world > 1 and not dist.is_initialized():
+            dist.init_process_group(backend, **({} if timeout is None else {"timeout": timeout}))
+
+
 def local_rank() -> int:
-    return int(os.environ.get("LOCAL_RANK", "0"))
+    return TorchrunPlace.from_env().local_rank
 
 
 def rank_device(requested: str, world: int) -> str:
-    """Under torchrun, a bare "cuda" means one GPU per local rank (round-robin when there are fewer GPUs)."""
+    """`elmo embed --device`: under torchrun, a bare "cuda" means one GPU per local rank (round-robin when
+    there are fewer GPUs); anything else is left for the Embedder to check."""
     if requested == "cuda" and world > 1 and torch.cuda.is_available():
-        return str(gpu_of_rank(local_rank()))
+        return str(device_of_rank("cuda", local_rank()))
     return requested
+
+
+def device_of_rank(requested: str | None, local_rank: int) -> torch.device:
+    """--device checked (None: cuda where there is one, else cpu); a bare "cuda" is this local rank's GPU."""
+    if requested is None:
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    device = check_device(requested, "--device")
+    return gpu_of_rank(local_rank) if device.type == "cuda" and device.index is None else device
 
 
 def gpu_of_rank(rank: int) -> torch.device:

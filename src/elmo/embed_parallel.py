@@ -33,6 +33,7 @@ import h5py
 import torch.distributed as dist
 from tqdm import tqdm
 
+from .devices import TorchrunPlace
 from .documents import check_context, check_document_length, is_document_break
 from .embed_file import OutputSpec, check_input, check_output, check_sentence_key, embed_lines, link_plist, write_index
 from .embedder import Embedder, check_batch_size
@@ -56,11 +57,9 @@ class Ranks:
     @classmethod
     def from_env(cls) -> Ranks:
         """Read torchrun's RANK/WORLD_SIZE; with several ranks, join a gloo group (CPU is enough)."""
-        world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
-        if world > 1 and not dist.is_initialized():
-            # Ranks wait for each other only at the join, possibly for hours on a big corpus.
-            dist.init_process_group("gloo", timeout=timedelta(hours=72))
-        return cls(rank, world)
+        place = TorchrunPlace.from_env()
+        place.join("gloo", timeout=timedelta(hours=72))  # ranks wait for each other only at the join, for hours maybe
+        return cls(place.rank, place.world)
 
     def barrier(self) -> None:
         if self.world > 1:

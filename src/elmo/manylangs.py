@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,7 +35,7 @@ from .layout import CHAR_DIC, ENCODER_PKL, TOKEN_EMBEDDER_PKL, WORD_DIC
 from .layout import MANYLANGS_CONFIG as CONFIG_NAME
 from .layout import is_manylangs_dir  # noqa: F401  (its old home, kept for imports)
 from .manylangs_weights import load_weights
-from .options import BiLMConfig, TokenInput
+from .options import BiLMConfig, TokenInput, config_clip, config_filters, config_int, config_section
 
 MARKERS = ("<bos>", "<eos>")
 CHAR_SPECIALS = ("<bow>", "<eow>", "<oov>", "<pad>", "<bos>", "<eos>")
@@ -54,6 +53,7 @@ SHIPPED_ARCHITECTURE = {
     "dropout": 0.1,
 }
 MAX_CHARS_LIMIT = 1000  # characters per token (theirs: 50); each token's ids take this many slots
+MAX_SIZE = 1 << 20  # the largest width, count or dimension their architecture JSON may give
 SHIPPED_CONFIGS = ("cnn_50_100_512_4096_sample.json", "cnn_0_100_512_4096_sample.json")
 
 
@@ -105,42 +105,13 @@ def _check_lexicon(path: Path, lexicon: dict[str, int], specials: Sequence[str])
                              f"{len(lexicon)} rows (one per entry) that their code builds")
 
 
-def _section(arch: Any, name: str, source: str) -> dict:
-    value = arch.get(name) if isinstance(arch, dict) else None
-    if not isinstance(value, dict):
-        raise ModelFileError(f"{source}: expected an object '{name}', found {type(value).__name__}")
-    return value
-
-
-def _int(sec: dict, key: str, where: str, source: str, minimum: int = 1, maximum: int = 1 << 20) -> int:
-    value = sec.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise ModelFileError(f"{source}: '{where}.{key}' must be an integer from {minimum} to {maximum}, found {value!r}")
-    return value
-
-
-def _clip(sec: dict, key: str, source: str) -> float | None:
-    value = sec.get(key)
-    if value is None or value == 0:  # their `if clip_value:` skips 0 and null
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ModelFileError(f"{source}: 'encoder.{key}' must be a finite non-negative number or null, found {value!r}")
-    return float(value)
-
-
-def _filters(te: dict, source: str) -> tuple[tuple[int, int], ...]:
-    filters = te.get("filters")
-    if (not isinstance(filters, list) or not filters
-            or not all(isinstance(f, list) and len(f) == 2 for f in filters)
-            or not all(isinstance(x, int) and not isinstance(x, bool) and 0 < x <= 1 << 20 for f in filters for x in f)):
-        raise ModelFileError(f"{source}: 'token_embedder.filters' must be a non-empty list of [width, count] "
-                             f"pairs, found {filters!r}")
-    return tuple((w, n) for w, n in filters)
+def _int(sec: dict, key: str, where: str, source: str, minimum: int = 1, maximum: int = MAX_SIZE) -> int:
+    return config_int(sec, key, where, source, minimum, maximum, default=None)
 
 
 def architecture_config(arch: Any, source: str, char_rows: int, char_pad: int, word_rows: int) -> BiLMConfig:
     """Their architecture JSON (+ the lexicon sizes) -> a BiLMConfig; what their code cannot run is an error."""
-    encoder, te = _section(arch, "encoder", source), _section(arch, "token_embedder", source)
+    encoder, te = config_section(arch, "encoder", source), config_section(arch, "token_embedder", source)
     if encoder.get("name") != "elmo":
         raise ModelFileError(f"{source}: 'encoder.name' {encoder.get('name')!r} is not supported; this package reads "
                              "ELMoForManyLangs' 'elmo' encoder (the one all their released models use)")
@@ -154,7 +125,8 @@ def architecture_config(arch: Any, source: str, char_rows: int, char_pad: int, w
     max_chars = _int(te, "max_characters_per_token", "token_embedder", source, minimum=3, maximum=MAX_CHARS_LIMIT)
     filters, n_highway, activation = (), 0, "relu"
     if char_dim:
-        filters, n_highway = _filters(te, source), _int(te, "n_highway", "token_embedder", source, minimum=0)
+        filters = config_filters(te, "token_embedder", source, MAX_SIZE)
+        n_highway = _int(te, "n_highway", "token_embedder", source, minimum=0)
         activation = te.get("activation")
         if activation not in ("relu", "tanh"):
             raise ModelFileError(f"{source}: 'token_embedder.activation' must be 'relu' or 'tanh', found {activation!r}")
@@ -164,8 +136,10 @@ def architecture_config(arch: Any, source: str, char_rows: int, char_pad: int, w
     return BiLMConfig(
         char_dim=char_dim, filters=filters, n_highway=n_highway, activation=activation, max_chars=max_chars,
         dim=dim, projection_dim=_int(encoder, "projection_dim", "encoder", source),
-        n_layers=_int(encoder, "n_layers", "encoder", source), cell_clip=_clip(encoder, "cell_clip", source),
-        proj_clip=_clip(encoder, "proj_clip", source), use_skip_connections=True, raw=json.loads(json.dumps(arch)),
+        n_layers=_int(encoder, "n_layers", "encoder", source),
+        cell_clip=config_clip(encoder, "cell_clip", "encoder", source),
+        proj_clip=config_clip(encoder, "proj_clip", "encoder", source),
+        use_skip_connections=True, raw=json.loads(json.dumps(arch)),
         token_input=TokenInput(char_rows=char_rows, char_pad=char_pad, word_rows=word_rows if word_dim else 0,
                                word_dim=word_dim),
     )
@@ -173,13 +147,7 @@ def architecture_config(arch: Any, source: str, char_rows: int, char_pad: int, w
 
 def parameter_counts(c: BiLMConfig) -> tuple[int, int]:
     """How many numbers token_embedder.pkl and encoder.pkl must hold for this architecture."""
-    ti, nf = c.token_input, c.n_filters
-    token = ti.word_rows * c.word_dim + c.projection_dim * (c.token_features + 1)
-    if c.reads_chars:
-        token += ti.char_rows * c.char_dim + sum(n * (c.char_dim * w + 1) for w, n in c.filters)
-        token += c.n_highway * 2 * nf * (nf + 1)
-    encoder = c.n_layers * 2 * (4 * c.dim * (2 * c.projection_dim + 1) + c.projection_dim * c.dim)
-    return token, encoder
+    return c.token_parameters, c.lstm_parameters
 
 
 def check_sizes(config: BiLMConfig, directory: Path, source: str) -> None:
@@ -266,7 +234,7 @@ def load_manylangs(directory: str | os.PathLike, stateful: bool = False) -> BiLM
             raise ModelFileError(f"{d / name}: missing; an ELMoForManyLangs model directory holds {CONFIG_NAME}, "
                                  f"{CHAR_DIC} and/or {WORD_DIC}, {TOKEN_EMBEDDER_PKL} and {ENCODER_PKL}")
     arch, source = read_architecture(d)
-    te = _section(arch, "token_embedder", source)
+    te = config_section(arch, "token_embedder", source)
     chars = read_dic(d / CHAR_DIC) if te.get("char_dim") else None
     words = read_dic(d / WORD_DIC) if te.get("word_dim") else None
     if chars is not None:

@@ -99,44 +99,14 @@ class BiLMConfig:
         def fail(what: str) -> ModelFileError:
             return ModelFileError(f"{source}: {what}")
 
-        def section(name: str) -> dict:
-            value = options.get(name)
-            if not isinstance(value, dict):
-                raise fail(f"expected an object '{name}', found {type(value).__name__ if value is not None else 'nothing'}")
-            return value
-
-        def positive_int(sec: dict, key: str, where: str, default: Any = ...) -> int:
-            value = sec.get(key, default)
-            if value is ...:
-                raise fail(f"missing key '{where}.{key}'")
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**31:  # 10**400 too
-                raise fail(f"'{where}.{key}' must be a positive integer below 2**31, found {repr(value)[:40]}")
-            return value
-
-        def clip(sec: dict, key: str) -> float | None:
-            value = sec.get(key)
-            if value is None or value == 0:  # AllenNLP's convention: absent, null or 0 means no clip
-                return None
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-                # NaN passes `value < 0` and would clip every cell to NaN
-                raise fail(f"'lstm.{key}' must be a finite non-negative number or null, found {value!r}")
-            return float(value)
-
         if not isinstance(options, dict):
             raise fail(f"expected a JSON object, found {type(options).__name__}")
-        lstm, cnn = section("lstm"), section("char_cnn")
+        lstm, cnn = config_section(options, "lstm", source), config_section(options, "char_cnn", source)
         embedding = cnn.get("embedding")
         if not isinstance(embedding, dict):
             raise fail("missing object 'char_cnn.embedding' (with key 'dim')")
-        filters = cnn.get("filters")
-        if (
-            not isinstance(filters, list)
-            or not filters
-            or not all(isinstance(f, (list, tuple)) and len(f) == 2 for f in filters)
-            or not all(isinstance(x, int) and not isinstance(x, bool) and 0 < x < 2**31 for f in filters for x in f)
-        ):
-            raise fail(f"'char_cnn.filters' must be a non-empty list of [width, count] pairs, found {repr(filters)[:80]}")
-        max_chars = positive_int(cnn, "max_characters_per_token", "char_cnn", MAX_CHARS)
+        filters = config_filters(cnn, "char_cnn", source)
+        max_chars = config_int(cnn, "max_characters_per_token", "char_cnn", source, default=MAX_CHARS)
         if max_chars != MAX_CHARS:
             raise fail(f"'char_cnn.max_characters_per_token' must be {MAX_CHARS}, found {max_chars}")
         widest = max(w for w, _ in filters)
@@ -154,31 +124,60 @@ class BiLMConfig:
         skip = lstm.get("use_skip_connections", False)
         if not isinstance(skip, bool):
             raise fail(f"'lstm.use_skip_connections' must be true or false, found {skip!r}")
-        dim = positive_int(lstm, "dim", "lstm")
+        dim = config_int(lstm, "dim", "lstm", source)
         config = cls(
-            char_dim=positive_int(embedding, "dim", "char_cnn.embedding"),
-            filters=tuple((int(w), int(n)) for w, n in filters),
+            char_dim=config_int(embedding, "dim", "char_cnn.embedding", source),
+            filters=filters,
             n_highway=n_highway,
             activation=activation,
             max_chars=max_chars,
             dim=dim,
-            projection_dim=positive_int(lstm, "projection_dim", "lstm", dim),
-            n_layers=positive_int(lstm, "n_layers", "lstm", 1),
-            cell_clip=clip(lstm, "cell_clip"),
-            proj_clip=clip(lstm, "proj_clip"),
+            projection_dim=config_int(lstm, "projection_dim", "lstm", source, default=dim),
+            n_layers=config_int(lstm, "n_layers", "lstm", source, default=1),
+            cell_clip=config_clip(lstm, "cell_clip", "lstm", source),
+            proj_clip=config_clip(lstm, "proj_clip", "lstm", source),
             use_skip_connections=skip,
             raw=copy.deepcopy(options),
         )
         config.check_size(source)
         return config
 
+    @property
+    def token_parameters(self) -> int:
+        """Weights of the token encoder: character and word embeddings, char CNN, highway, projection."""
+        nf, p = self.n_filters, self.projection_dim
+        char_rows = 262 if self.token_input is None else self.token_input.char_rows
+        count = self.word_dim * (self.token_input.word_rows if self.token_input is not None else 0)
+        if self.reads_chars:
+            count += char_rows * self.char_dim + sum(n * (w * self.char_dim + 1) for w, n in self.filters)
+            count += self.n_highway * 2 * nf * (nf + 1)
+        return count + ((self.token_features + 1) * p if self.has_cnn_projection else 0)
+
+    @property
+    def lstm_parameters(self) -> int:
+        """Weights of both LSTM directions: input and recurrent matrices, biases, cell projections."""
+        p, d = self.projection_dim, self.dim
+        return 2 * self.n_layers * (4 * d * (2 * p + 1) + (d * p if self.has_lstm_projection else 0))
+
     def parameter_count(self) -> int:
-        """The biLM's weights (the char CNN, highway, projections and both LSTM directions), not the softmax."""
+        """The biLM's weights (token encoder and both LSTM directions), not the softmax."""
+        return self.token_parameters + self.lstm_parameters
+
+    @property
+    def forward_flops_per_token(self) -> float:
+        """Multiply-adds x 2 of one token through the char CNN, highways, projection and both LSTM stacks."""
         nf, p, d = self.n_filters, self.projection_dim, self.dim
-        cnn = 262 * self.char_dim + sum(w * self.char_dim * n + n for w, n in self.filters)
-        cnn += self.n_highway * 2 * (nf * nf + nf) + (nf * p + p if self.has_cnn_projection else 0)
-        lstm = 2 * self.n_layers * ((p + p) * 4 * d + 4 * d + (d * p if self.has_lstm_projection else 0))
-        return cnn + lstm
+        macs = 0
+        if self.reads_chars:
+            macs += sum((self.max_chars - w + 1) * w * self.char_dim * n for w, n in self.filters)
+            macs += self.n_highway * 2 * nf * nf
+        macs += self.token_features * p if self.has_cnn_projection else 0
+        macs += 2 * self.n_layers * (2 * p * 4 * d + (d * p if self.has_lstm_projection else 0))
+        return 2.0 * macs
+
+    def train_flops_per_token(self, negatives: int) -> float:
+        """Forward FLOPs plus both directions' sampled-softmax logits, times 3 for forward + backward."""
+        return 3.0 * (self.forward_flops_per_token + 2 * 2 * self.projection_dim * (negatives + 1))
 
     def check_size(self, source: str) -> None:
         """Refuse an architecture whose float32 weights alone exceed this machine's memory, with the sizes,
@@ -197,6 +196,55 @@ def physical_memory() -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
         return None
+
+
+# The checks of a model's JSON config, shared by options.json and ELMoForManyLangs' architecture JSON:
+# each raises a ModelFileError naming the source, the key and what was found.
+
+def config_section(parent: Any, name: str, source: str) -> dict:
+    value = parent.get(name) if isinstance(parent, dict) else None
+    if not isinstance(value, dict):
+        found = type(value).__name__ if value is not None else "nothing"
+        raise ModelFileError(f"{source}: expected an object '{name}', found {found}")
+    return value
+
+
+def config_int(sec: dict, key: str, where: str, source: str, minimum: int = 1, maximum: int = 2**31 - 1,
+               default: Any = ...) -> int:
+    """An integer in [minimum, maximum]; `default` when the key is absent (`...`: the key is required)."""
+    value = sec.get(key, default)
+    if value is ...:
+        raise ModelFileError(f"{source}: missing key '{where}.{key}'")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:  # 10**400 too
+        expected = ("a positive integer below 2**31" if (minimum, maximum) == (1, 2**31 - 1)
+                    else f"an integer from {minimum} to {maximum}")
+        raise ModelFileError(f"{source}: '{where}.{key}' must be {expected}, found {repr(value)[:40]}")
+    return value
+
+
+def config_clip(sec: dict, key: str, where: str, source: str) -> float | None:
+    """A cell or projection clip: absent, null or 0 means none (AllenNLP's and ELMoForManyLangs' convention)."""
+    value = sec.get(key)
+    if value is None or value == 0:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        # NaN passes `value < 0` and would clip every cell to NaN
+        raise ModelFileError(f"{source}: '{where}.{key}' must be a finite non-negative number or null, found {value!r}")
+    return float(value)
+
+
+def config_filters(sec: dict, where: str, source: str, maximum: int = 2**31 - 1) -> tuple[tuple[int, int], ...]:
+    """The char CNN's [width, count] pairs, each number in [1, maximum]."""
+    filters = sec.get("filters")
+    if (
+        not isinstance(filters, list)
+        or not filters
+        or not all(isinstance(f, (list, tuple)) and len(f) == 2 for f in filters)
+        or not all(isinstance(x, int) and not isinstance(x, bool) and 0 < x <= maximum for f in filters for x in f)
+    ):
+        raise ModelFileError(f"{source}: '{where}.filters' must be a non-empty list of [width, count] pairs, "
+                             f"found {repr(filters)[:80]}")
+    return tuple((int(w), int(n)) for w, n in filters)
 
 
 def read_options(path: str | os.PathLike) -> BiLMConfig:

@@ -37,7 +37,7 @@ import torch
 
 from ..chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS, token_to_ids
 from ..devices import move_tensors
-from ..documents import MAX_DOCUMENT_LINES, is_document_break
+from ..documents import check_document_length, is_document_break
 from ..errors import InputError
 from ..fileio import check_file, decode_line
 
@@ -173,9 +173,7 @@ class SentenceSource:
                 document = []
             else:
                 document.append(line)
-                if len(document) > MAX_DOCUMENT_LINES:
-                    raise InputError(f"{self._path}, line {number + 1}: a document of more than {MAX_DOCUMENT_LINES:,} "
-                                     "sentences; expected blank lines (or -DOCSTART- lines) between documents")
+                check_document_length(len(document), self._path, number)
         if document:
             items.append(document)
         if self.shuffle:

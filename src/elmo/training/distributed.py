@@ -2,33 +2,21 @@
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ..devices import check_device, gpu_of_rank
-
-
-def pick_device(requested: str | None, local_rank: int) -> torch.device:
-    """--device checked (elmo.devices); a bare "cuda" is this local rank's GPU."""
-    if requested is None:
-        requested = "cuda" if torch.cuda.is_available() else "cpu"
-    device = check_device(requested, "--device")
-    return gpu_of_rank(local_rank) if device.type == "cuda" and device.index is None else device
+from ..devices import TorchrunPlace, device_of_rank
 
 
 def setup(requested_device: str | None) -> tuple[int, int, torch.device]:
     """(rank, world size, device); starts the process group when torchrun launched several processes."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    device = pick_device(requested_device, local_rank)
-    if world > 1 and not dist.is_initialized():
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    return rank, world, device
+    place = TorchrunPlace.from_env()
+    device = device_of_rank(requested_device, place.local_rank)
+    if place.world > 1 and not dist.is_initialized() and device.type == "cuda":
+        torch.cuda.set_device(device)
+    place.join("nccl" if device.type == "cuda" else "gloo")
+    return place.rank, place.world, device
 
 
 def teardown() -> None:

@@ -1,0 +1,52 @@
+"""options.json read into a BiLMConfig: its checks, and the size and FLOP arithmetic the benchmarks and the
+ELMoForManyLangs loader take from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import MICRO
+
+from elmo.bilm import BiLM
+from elmo.errors import ModelFileError
+from elmo.flops import forward_flops_per_token, train_flops_per_token
+from elmo.manylangs import load_manylangs
+from elmo.options import BiLMConfig, config_int
+
+MANYLANGS = Path(__file__).parent / "fixtures" / "manylangs"
+SMALL = {"lstm": {"dim": 8, "projection_dim": 4, "n_layers": 1},
+         "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 4], [2, 4]], "n_highway": 1}}
+
+
+def test_flops_per_token_by_hand():
+    config = BiLMConfig.from_options(SMALL)
+    # char CNN: 50 windows of width 1 and 49 of width 2, 4 filters each over 4 dims; one highway on 8
+    # features; projection 8 -> 4; one LSTM layer each way: 4 gates of 8 over [x; h] (4 + 4) and h 8 -> 4.
+    macs = 50 * 1 * 4 * 4 + 49 * 2 * 4 * 4 + 2 * 8 * 8 + 8 * 4 + 2 * (2 * 4 * 4 * 8 + 8 * 4)
+    assert config.forward_flops_per_token == forward_flops_per_token(SMALL) == 2.0 * macs
+    softmax = 2 * 2 * 4 * (7 + 1)  # both directions' logits for the target and 7 negatives
+    assert config.train_flops_per_token(7) == train_flops_per_token(SMALL, 7) == 3.0 * (2.0 * macs + softmax)
+
+
+def test_parameter_count_is_the_model_plus_the_character_padding_row():
+    config = BiLMConfig.from_options(MICRO)
+    parameters = sum(p.numel() for p in BiLM(config).parameters())
+    assert config.parameter_count() == config.token_parameters + config.lstm_parameters
+    assert config.parameter_count() == parameters + config.char_dim  # files may hold the zero row of padding
+
+
+@pytest.mark.parametrize("name", ["char_only", "word_char", "word_only", "three_layers"])
+def test_parameter_count_of_a_manylangs_model_counts_its_lexicons(name):
+    bilm = load_manylangs(MANYLANGS / name)
+    assert bilm.config.parameter_count() == sum(t.numel() for t in bilm.state_dict().values())
+
+
+def test_config_int_names_the_key_and_the_range():
+    assert config_int({"dim": 5}, "dim", "lstm", "o.json") == 5
+    with pytest.raises(ModelFileError, match=r"o.json: 'lstm.dim' must be a positive integer below 2\*\*31, found 0"):
+        config_int({"dim": 0}, "dim", "lstm", "o.json")
+    with pytest.raises(ModelFileError, match=r"'encoder.dim' must be an integer from 1 to 8, found 9"):
+        config_int({"dim": 9}, "dim", "encoder", "c.json", maximum=8)
+    with pytest.raises(ModelFileError, match=r"missing key 'lstm.dim'"):
+        config_int({}, "dim", "lstm", "o.json")
