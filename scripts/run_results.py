@@ -35,7 +35,8 @@ from typing import NamedTuple
 import numpy as np
 
 from elmo.fileio import atomic_path, hash_file
-from elmo.tasks.paper import PROBES, TABLE1, TASK_BENCHMARK, aggregate_runs, compare_arms, error_reduction
+from elmo.tasks.paper import (PROBES, TABLE1, TASK_BENCHMARK, aggregate_runs, compare_arms, error_reduction, pair_by_seed,
+                              read_seed_run, seed_noise_verdict)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -676,6 +677,70 @@ ARM_COMPARISONS = (
 )
 
 
+class DomainTuning(NamedTuple):
+    """A task whose biLM was fine-tuned on the task's own training text, and the comparison that measures it."""
+
+    task: str
+    text: str  # what the biLM was tuned on
+    tuned: str  # file-name part of the tuned model's perplexity files: tuned-{tuned}-{split}.json
+    splits: tuple[str, str]  # the held-out texts scored: dev, test
+    comparison: int  # index into ARM_COMPARISONS
+
+
+DOMAIN_TUNINGS = (
+    DomainTuning("ner", "CoNLL-2003 training sentences (14,041; 203,621 tokens)", "conll", ("conll-testa", "conll-testb"), 2),
+    DomainTuning("sst5", "SST-5 training sentences (8,544; 163,566 tokens)", "sst5", ("sst5-dev", "sst5-test"), 3),
+)
+DOMAIN_TUNING_COMMANDS = (
+    "elmo train --train ../runs/domain/conll-train.txt --vocab src/elmo/bundled/default/vocab.txt --init-from "
+    "src/elmo/bundled/default --out ../runs/tune/conll-lr0.03 --lr 0.03 --batch-size 64 --unroll-steps 20 --negatives 4096 "
+    "--threads 1 --epochs 2 --checkpoint-every 100 --keep-checkpoints 10",
+    "elmo train --out ../runs/tune/conll-lr0.03 --resume --max-steps 680 --threads 1   # on to 4 epochs",
+    "elmo export ../runs/tune/conll-lr0.03 -o ../runs/tuned/conll",
+    "elmo train --train ../runs/domain/sst5-train.txt --vocab src/elmo/bundled/default/vocab.txt --init-from "
+    "src/elmo/bundled/default --out ../runs/tune/sst5-lr0.03 --lr 0.03 --batch-size 64 --unroll-steps 20 --negatives 4096 "
+    "--threads 1 --epochs 4 --checkpoint-every 65 --keep-checkpoints 12",
+    "elmo export ../runs/tune/sst5-lr0.03 -o ../runs/tuned/sst5",
+    "for m in default ../runs/tuned/conll ../runs/tuned/sst5; do for f in conll-testa conll-testb sst5-dev sst5-test; do "
+    "elmo perplexity $m --test ../runs/domain/$f.txt --mode sentence --threads 1 --json; done; done",
+)
+
+
+def domain_tuning_section(grid: Grid) -> list[str]:
+    """The paper's section 3.4 claim measured: perplexity and task score before and after tuning on the task's text."""
+    folder = grid.ner_arms.parent / "domain-tuning"
+    lines = ["## Domain transfer: the biLM tuned on each task's own text (issue #55)", "",
+             "Section 3.4 of the paper: fine-tuning the biLM on the task's training text lowers its perplexity and raises",
+             "the task's score. Here the bundled model is tuned on each task's training sentences (labels unused) and",
+             "everything else of the task run is kept; perplexity is full-softmax, each sentence from zero state (as",
+             "the embedder runs it), the average of the two directions, on the task's dev and test sentences. The rate",
+             "and length come from the sweep of docs/finetuning.md (lr 0.03, 4 epochs). Task scores: test, mean ± sd",
+             "of seeds 1-3, paired by seed; the verdict rule is the one of the paired arms below.", "",
+             "| task | text the biLM is tuned on | perplexity dev / test, before -> after | test score without -> with tuning | per-seed difference | verdict |",
+             "|---|---|---|---|---|---|"]
+    for tuning in DOMAIN_TUNINGS:
+        ppl = {}
+        for model in ("default", f"tuned-{tuning.tuned}"):
+            for split in tuning.splits:
+                path = folder / f"{model}-{split}.json"
+                ppl[model, split] = json.loads(path.read_text())["average"] if path.is_file() else None
+        cells = [f"{ppl['default', s]:.1f} -> {ppl[f'tuned-{tuning.tuned}', s]:.1f}" if None not in (ppl['default', s], ppl[f'tuned-{tuning.tuned}', s]) else "" for s in tuning.splits]
+        comparison = ARM_COMPARISONS[tuning.comparison]
+        files = [[grid.ner_arms / f"{tuning.task}-elmo-{arm}-s{s}.json" for s in grid.seeds] for arm in comparison.arms]
+        score = diffs = verdict = "runs not all present"
+        if all(f.is_file() for arm_files in files for f in arm_files):
+            pairs = pair_by_seed([read_seed_run(f) for f in files[0]], [read_seed_run(f) for f in files[1]])
+            a, b = [[pair[k].scores["test"] for pair in pairs] for k in (0, 1)]
+            score = f"{statistics.mean(a):.2f} ± {statistics.stdev(a):.2f} -> {statistics.mean(b):.2f} ± {statistics.stdev(b):.2f}"
+            diffs = ", ".join(f"{y - x:+.2f}" for x, y in zip(a, b))
+            verdict = seed_noise_verdict("test", pairs, comparison.arms).rsplit(": ", 1)[-1].rstrip(".")
+        lines.append(f"| {tuning.task} | {tuning.text} | {' / '.join(cells)} | {score} | {diffs} | {verdict} |")
+    lines += ["", "Perplexity files: `benchmarks/results/domain-tuning/` (also each tuned model on the other task's text).",
+              "The runs and their paired tables are in the section below. Commands (tuning, export, scoring):", "",
+              "```bash", *DOMAIN_TUNING_COMMANDS, "```", ""]
+    return lines
+
+
 def arm_comparisons_section(grid: Grid) -> list[str]:
     """Paired arms (--ner-arms): one thing changed, the same static vectors and seeds."""
     lines = ["## One change at a time: paired arms", "",
@@ -706,7 +771,7 @@ def render(grid: Grid, runs: list[Run], metrics: dict) -> tuple[str, dict]:
     weight_lines, weights = layer_weights_section(grid, metrics)
     ptb = ptb_logs()
     lines = [*header_section(grid, metrics, runs), *table1_section(grid, metrics), *curve_lines, *probe_lines,
-             *weight_lines, *arm_comparisons_section(grid), *ptb_section(ptb), *bars_section(grid, metrics, probe_rows), *commands_section(grid, runs)]
+             *weight_lines, *domain_tuning_section(grid), *arm_comparisons_section(grid), *ptb_section(ptb), *bars_section(grid, metrics, probe_rows), *commands_section(grid, runs)]
     return "\n".join(lines), {"curve": curve, "probe_rows": probe_rows, "weights": weights, "ptb": ptb}
 
 
