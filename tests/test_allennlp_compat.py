@@ -11,7 +11,7 @@ v0.9.0 allennlp/tests/commands/elmo_test.py) is tested in this package:
 - token layer against dump_token_embeddings: test_fixtures.py::test_token_layer_matches_dump_token_embeddings;
   the <S>/</S> vectors: here
 - ScalarMix: test_scalar_mix.py
-- the 0.9 command and ElmoEmbedder: here, test_embed_file.py, test_legacy.py,
+- the 0.9 command and ElmoEmbedder: here, test_embed_file.py, test_allennlp09_embedder.py,
   test_fixtures.py::test_elmo_embed_command_stateful_matches_fixture
 
 The state_dict fixture (tests/fixtures/allennlp_state_dict) was saved by AllenNLP 2.10.1 itself;

@@ -13,7 +13,7 @@ from .chars import batch_to_ids
 from .elmo_module import Elmo
 from .embedder import Embedder
 from .errors import ElmoError, InputError, ModelFileError
-from .legacy import ElmoEmbedder
+from .allennlp09_embedder import ElmoEmbedder
 from .manylangs import load_manylangs
 from .models import ModelFiles, load_bilm, load_model  # load_bilm: elmo.weights.load_bilm, with URLs too
 from .options import BiLMConfig, read_options
