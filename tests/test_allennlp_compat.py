@@ -4,15 +4,15 @@ AllenNLP's own ELMo tests check hold here, on the shared fixtures.
 Where each behaviour of AllenNLP's tests (v2.10.1 tests/modules/elmo_test.py and scalar_mix_test.py,
 v0.9.0 allennlp/tests/commands/elmo_test.py) is tested in this package:
 
-- stateful fixture values of the biLM: test_fixtures.py::test_stateful_top_layer_matches_original
-- vocabulary cache equals the char CNN: test_fixtures.py::test_elmo_vocab_cache_matches_token_embeddings,
+- stateful fixture values of the biLM: test_golden_outputs.py::test_stateful_top_layer_matches_original
+- vocabulary cache equals the char CNN: test_golden_outputs.py::test_elmo_vocab_cache_matches_token_embeddings,
   and here with uncached words and with 4-D inputs
 - Elmo output shapes, keep_sentence_boundaries, module=, 4-D input, requires_grad: here and test_elmo.py
-- token layer against dump_token_embeddings: test_fixtures.py::test_token_layer_matches_dump_token_embeddings;
+- token layer against dump_token_embeddings: test_golden_outputs.py::test_token_layer_matches_dump_token_embeddings;
   the <S>/</S> vectors: here
 - ScalarMix: test_scalar_mix.py
 - the 0.9 command and ElmoEmbedder: here, test_embed_file.py, test_allennlp09_embedder.py,
-  test_fixtures.py::test_elmo_embed_command_stateful_matches_fixture
+  test_golden_outputs.py::test_elmo_embed_command_stateful_matches_fixture
 
 The state_dict fixture (tests/fixtures/allennlp_state_dict) was saved by AllenNLP 2.10.1 itself;
 `scripts/check_allennlp_state_dict.py` checks the other direction in AllenNLP's own venv.

@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from test_fixtures import top_layer_halves
+from test_golden_outputs import top_layer_halves
 
 from elmo import Embedder, batch_to_ids, load_bilm, remove_sentence_boundaries
 from elmo.options import BiLMConfig

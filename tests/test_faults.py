@@ -64,13 +64,13 @@ def small_disk(tmp_path):
 # ---- fault 1: a full disk ---------------------------------------------------------------------------------------
 
 
-def test_fault1_full_disk_is_refused_before_embedding(small_disk, corpus, allennlp_dir, capsys):
+def test_full_disk_is_refused_before_embedding(small_disk, corpus, allennlp_dir, capsys):
     assert cli_main(["embed", str(corpus), str(small_disk / "out.hdf5"), *model_args(allennlp_dir)]) == 2
     one_line_error(capsys, "needs at least", "MB free beside it", "are free")
     assert os.listdir(small_disk) == []
 
 
-def test_fault1_disk_filling_up_while_writing_exits_2_without_a_segfault(small_disk, corpus, allennlp_dir):
+def test_disk_filling_up_while_writing_exits_2_without_a_segfault(small_disk, corpus, allennlp_dir):
     """The up-front check bypassed, HDF5 meets ENOSPC for real: HDF5 alone would segfault (exit 139)."""
     script = ("import sys, elmo.embed_parallel as p; p.check_free_space = lambda *a: None; "
               "from elmo.cli import main; sys.exit(main(sys.argv[1:]))")
@@ -82,7 +82,7 @@ def test_fault1_disk_filling_up_while_writing_exits_2_without_a_segfault(small_d
     assert os.listdir(small_disk) == []  # no .tmp, no empty OUTPUT.parts/
 
 
-def test_fault1_failed_write_in_the_join_keeps_the_parts_for_resume(tmp_path, corpus, allennlp_dir, capsys,
+def test_failed_write_in_the_join_keeps_the_parts_for_resume(tmp_path, corpus, allennlp_dir, capsys,
                                                                     monkeypatch):
     """Simulated ENOSPC (no root needed): the first write to the joined file fails."""
     out = tmp_path / "out.hdf5"
@@ -121,7 +121,7 @@ finally:
 
 
 @pytest.mark.slow  # torchrun
-def test_fault10_two_real_ranks_stop_when_rank0_fails(tmp_path):
+def test_two_real_ranks_stop_when_rank0_fails(tmp_path):
     script = tmp_path / "rank0_fails.py"
     script.write_text(RANK0_FAILS)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)]
@@ -140,7 +140,7 @@ def _h5_equal(a, b):
             assert np.array_equal(fa[key][()], fb[key][()])
 
 
-def test_fault1_join_with_less_room_than_the_output_removes_each_part_once_copied(small_disk, corpus, allennlp_dir,
+def test_join_with_less_room_than_the_output_removes_each_part_once_copied(small_disk, corpus, allennlp_dir,
                                                                                     capsys, tmp_path):
     """Parts ~1.0 MB, OUTPUT ~1.0 MB, 1.7 MB of disk: the join fits only by consuming the parts."""
     subprocess.run(["mount", "-o", "remount,size=1700k", str(small_disk)], check=True)
@@ -155,7 +155,7 @@ def test_fault1_join_with_less_room_than_the_output_removes_each_part_once_copie
     _h5_equal(out, reference)
 
 
-def test_fault1_consuming_join_without_root(tmp_path, corpus, allennlp_dir, capsys, monkeypatch):
+def test_consuming_join_without_root(tmp_path, corpus, allennlp_dir, capsys, monkeypatch):
     """The same decision with a simulated disk: plenty of room to embed, 0.6 MB left for the join."""
     import elmo.embed_parallel as ep
     real = shutil.disk_usage
@@ -188,7 +188,7 @@ def _options_with(allennlp_dir, tmp_path, **lstm):
 
 
 @pytest.mark.parametrize("key, value", [("cell_clip", math.nan), ("proj_clip", math.nan), ("cell_clip", math.inf)])
-def test_fault2_nan_or_infinite_clip_is_refused(tmp_path, corpus, allennlp_dir, capsys, key, value):
+def test_nan_or_infinite_clip_is_refused(tmp_path, corpus, allennlp_dir, capsys, key, value):
     options = _options_with(allennlp_dir, tmp_path, **{key: value})
     args = ["embed", str(corpus), str(tmp_path / "o.hdf5"), "--options", str(options),
             "--weights", str(allennlp_dir / "lm_weights.hdf5")]
@@ -199,7 +199,7 @@ def test_fault2_nan_or_infinite_clip_is_refused(tmp_path, corpus, allennlp_dir, 
     assert not (tmp_path / "o.hdf5").exists() and not (tmp_path / "o.hdf5.parts").exists()
 
 
-def test_fault6_an_architecture_bigger_than_memory_is_a_check_not_an_allocation(tmp_path, corpus, allennlp_dir,
+def test_an_architecture_bigger_than_memory_is_a_check_not_an_allocation(tmp_path, corpus, allennlp_dir,
                                                                                 capsys):
     options = _options_with(allennlp_dir, tmp_path, dim=1_000_000_000_000)
     args = ["embed", str(corpus), str(tmp_path / "o.hdf5"), "--options", str(options),
@@ -218,7 +218,7 @@ def embedder(allennlp_dir):
 
 
 @pytest.mark.parametrize("size", [0, -1, 2.5, True])
-def test_fault3_batch_size_must_be_positive_everywhere(allennlp_dir, embedder, tmp_path, corpus, size):
+def test_batch_size_must_be_positive_everywhere(allennlp_dir, embedder, tmp_path, corpus, size):
     message = f"batch_size must be a positive integer, found {size!r}"
     with pytest.raises(InputError, match=re.escape(message)):
         Embedder.from_files(allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5", batch_size=size)
@@ -236,7 +236,7 @@ def test_fault3_batch_size_must_be_positive_everywhere(allennlp_dir, embedder, t
 
 
 @pytest.mark.parametrize("device", ["foo", "meta", "cuda:99" if torch.cuda.is_available() else "cuda"])
-def test_fault5_unknown_device_is_one_line(tmp_path, corpus, allennlp_dir, capsys, device):
+def test_unknown_device_is_one_line(tmp_path, corpus, allennlp_dir, capsys, device):
     assert cli_main(["embed", str(corpus), str(tmp_path / "o.hdf5"), *model_args(allennlp_dir),
                      "--device", device]) == 2
     one_line_error(capsys, f"--device {device}")
@@ -250,7 +250,7 @@ def test_fault5_unknown_device_is_one_line(tmp_path, corpus, allennlp_dir, capsy
     ["task", "train", "ner", "--train", "t", "--dev", "d", "--test", "e", "--model", "none"],
     ["train", "--train", "t", "--vocab", "v", "--out", "o"],
 ])
-def test_fault5_every_command_checks_its_device(command, capsys, tmp_path, monkeypatch):
+def test_every_command_checks_its_device(command, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert cli_main([*command, "--device", "meta"]) == 2
     one_line_error(capsys, "--device meta: expected cpu, cuda or cuda:N")
@@ -258,7 +258,7 @@ def test_fault5_every_command_checks_its_device(command, capsys, tmp_path, monke
 # ---- faults 7 and 8: INPUT that is a pipe, OUTPUT that is INPUT --------------------------------------------------
 
 
-def test_fault7_a_pipe_as_input_is_refused_before_any_work(tmp_path, allennlp_dir, capsys):
+def test_a_pipe_as_input_is_refused_before_any_work(tmp_path, allennlp_dir, capsys):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)  # opening it would block: the check must not open it
     assert cli_main(["embed", str(fifo), str(tmp_path / "o.hdf5"), *model_args(allennlp_dir)]) == 2
@@ -267,7 +267,7 @@ def test_fault7_a_pipe_as_input_is_refused_before_any_work(tmp_path, allennlp_di
 
 
 @pytest.mark.slow  # a second interpreter; the FIFO test above checks the same in process
-def test_fault7_stdin_from_a_pipe_is_refused(tmp_path, corpus, allennlp_dir):
+def test_stdin_from_a_pipe_is_refused(tmp_path, corpus, allennlp_dir):
     with subprocess.Popen(["cat", str(corpus)], stdout=subprocess.PIPE) as cat:
         done = subprocess.run([sys.executable, "-m", "elmo", "embed", "/dev/stdin", str(tmp_path / "o.hdf5"),
                                *model_args(allennlp_dir)], stdin=cat.stdout, capture_output=True, text=True,
@@ -276,7 +276,7 @@ def test_fault7_stdin_from_a_pipe_is_refused(tmp_path, corpus, allennlp_dir):
     assert sorted(os.listdir(tmp_path)) == ["corpus.txt"]
 
 
-def test_fault8_output_that_is_the_input_is_refused_even_with_overwrite(tmp_path, corpus, allennlp_dir, capsys):
+def test_output_that_is_the_input_is_refused_even_with_overwrite(tmp_path, corpus, allennlp_dir, capsys):
     before = corpus.read_bytes()
     assert cli_main(["embed", str(corpus), str(corpus), *model_args(allennlp_dir), "--overwrite"]) == 2
     one_line_error(capsys, f"{corpus}: is INPUT itself")
@@ -290,7 +290,7 @@ def test_fault8_output_that_is_the_input_is_refused_even_with_overwrite(tmp_path
 # ---- fault 9: a fresh run in a dead run's folder ----------------------------------------------------------------
 
 
-def test_fault9_fresh_run_in_a_dead_runs_out_starts_its_own_metrics(tmp_path):
+def test_fresh_run_in_a_dead_runs_out_starts_its_own_metrics(tmp_path):
     data = need(BILM_TF / "train" / "data.txt")
     vocab, options, run = tmp_path / "vocab.txt", tmp_path / "micro.json", tmp_path / "run"
     assert cli_main(["vocab", str(data), "-o", str(vocab)]) == 0
@@ -308,7 +308,7 @@ def test_fault9_fresh_run_in_a_dead_runs_out_starts_its_own_metrics(tmp_path):
 # ---- fault 10: any error on rank 0 reaches the other ranks -------------------------------------------------------
 
 
-def test_fault10_any_error_on_rank0_is_sent_to_the_other_ranks(monkeypatch):
+def test_any_error_on_rank0_is_sent_to_the_other_ranks(monkeypatch):
     sent = []
     monkeypatch.setattr(dist, "broadcast_object_list", lambda box, src: sent.append(list(box)))
 

@@ -272,7 +272,7 @@ def test_bad_input_gets_a_4xx_with_a_message(client, path, body, status, message
     assert message in r.json()["error"]
 
 
-def test_fault4_only_json_is_taken_and_only_for_this_host(client):
+def test_only_json_is_taken_and_only_for_this_host(client):
     """A cross-site page can send text/plain without a preflight, and DNS rebinding sends another Host."""
     r = client.post("/api/tag", content=b'{"sentence": "a b"}', headers={"content-type": "text/plain"})
     assert r.status_code == 415 and "must be sent as application/json, found text/plain" in r.json()["error"]
@@ -283,7 +283,7 @@ def test_fault4_only_json_is_taken_and_only_for_this_host(client):
         assert client.get("/api/info", headers={"host": host}).status_code == 200
 
 
-def test_fault4_a_body_shorter_than_its_content_length_is_a_408(lab):
+def test_a_body_shorter_than_its_content_length_is_a_408(lab):
     app = create_app(*lab, Limits(body_seconds=0.2))
     scope = {"type": "http", "method": "POST", "path": "/api/tag", "raw_path": b"/api/tag", "query_string": b"",
              "root_path": "", "scheme": "http", "http_version": "1.1", "server": ("127.0.0.1", 8765),

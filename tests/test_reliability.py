@@ -179,7 +179,8 @@ def test_task_model_weights_that_disagree_with_config(tmp_path):
 def test_json_is_plain(tmp_path):
     path = tiny_task_model(tmp_path / "m.pt")
     state = torch.load(path, weights_only=True)
-    json.dumps({k: v for k, v in state.items() if k != "state_dict"})  # nothing but plain data
+    meta = {k: v for k, v in state.items() if k != "state_dict"}
+    assert meta and json.loads(json.dumps(meta)) == meta  # nothing but plain data: JSON gives it back unchanged
 
 
 # ---- 2. no command writes over its own input ------------------------------------------------------------------
