@@ -160,3 +160,17 @@ def test_a_reference_whose_weights_changed_is_refused(tmp_path, fixture_files, o
     elmo.save_bilm(bilm, model / "options.json", model / "weights.hdf5")
     with pytest.raises(ModelFileError, match="fingerprint"):
         load_embeddings(dict(params))
+
+
+def test_flair_device_is_honoured_on_a_gpu(fixture_files, monkeypatch):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (flair.device = cuda)")
+    monkeypatch.setattr(flair, "device", torch.device("cuda:0"))
+    embeddings = ELMoEmbeddings(options_file=fixture_files[0], weight_file=fixture_files[1], save="reference")
+    sentences = [Sentence(text) for text in SENTENCES]
+    embeddings.embed(sentences)
+    assert next(embeddings.elmo_bilm.parameters()).device == flair.device
+    got = np.concatenate([token_matrix(s) for s in sentences])
+    want = elmo.Embedder.from_files(*fixture_files).embed_sentences([t.split() for t in SENTENCES])
+    want = np.concatenate([w.transpose(1, 0, 2).reshape(w.shape[1], -1) for w in want])
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
