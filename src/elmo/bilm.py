@@ -2,7 +2,9 @@
 
 Parameters are kept in the original file's layout and conventions (TensorFlow orientation `x @ W`,
 gate order i, j, f, o, forget bias +1 applied at run time), so loading and saving are copies and a
-saved model reloads bit for bit. Doc sections 4.1-4.8 give the math this file follows.
+saved model reloads bit for bit. Doc sections 4.1-4.8 give the math this file follows; the same
+math written plainly (a loop over every padded step, no sorting or caching), which the tests hold
+every fast path here to, is tests/reference.py.
 """
 
 from __future__ import annotations
