@@ -168,3 +168,9 @@ def test_every_entry_point_takes_an_hf_reference_offline(tmp_path, allennlp_dir)
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(json.loads(done.stdout.strip().splitlines()[-1])) == 7
+
+
+def test_without_huggingface_hub_the_error_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # as if not installed
+    with pytest.raises(ModelFileError, match=r"elmo-bilm\[hf\]"):
+        hf_model_dir("hf://owner/elmo-tiny")
