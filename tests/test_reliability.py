@@ -4,6 +4,7 @@ turns bad bytes into one clean error (docs/reliability.md lists every case)."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import re
 import shutil
@@ -852,3 +853,175 @@ def test_a_cached_html_page_recorded_as_complete_is_fetched_again(hub_env, tmp_p
         entry.write_record(hashlib.sha256(page).hexdigest(), len(page), None)
         assert fetch(url).read_bytes() == server.files["/m/weights.hdf5"]
         assert "is an HTML page" in capsys.readouterr().err
+
+
+# ---- #56.2/6/7 embedding: one writer per OUTPUT, input that is not text or that changes, OS errors one line --------
+
+def embed_args(tmp_path: Path) -> list[str]:
+    options, weights = micro_model(tmp_path)
+    return ["--options", str(options), "--weights", str(weights), "--batch-size", "4"]
+
+
+HOLD_OUTPUT = """
+import os, sys, time
+from elmo.fileio import output_lock
+with output_lock(sys.argv[1]):
+    os.makedirs(sys.argv[1] + ".parts", exist_ok=True)
+    open(os.path.join(sys.argv[1] + ".parts", ".lines-000000000000-000000000010.h5.0123abcd.tmp"), "w").close()
+    print("writing", flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("flag", [[], ["--resume"], ["--overwrite"], ["--resume", "--overwrite"]])
+def test_a_second_run_on_a_live_output_refuses_naming_its_process(tmp_path, capsys, flag):
+    import subprocess
+    import sys
+
+    from conftest import subprocess_env
+
+    text = tmp_path / "in.txt"
+    text.write_text("a b c\nd e\n")
+    out = tmp_path / "out.hdf5"
+    live = subprocess.Popen([sys.executable, "-c", HOLD_OUTPUT, str(out)], stdout=subprocess.PIPE, text=True,
+                            env=subprocess_env())
+    try:
+        assert live.stdout.readline().strip() == "writing"
+        _refused(capsys, ["embed", str(text), str(out), *embed_args(tmp_path), *flag],
+                 f"another run (process {live.pid}) is writing this OUTPUT")
+        assert len(list((tmp_path / "out.hdf5.parts").iterdir())) == 1  # the live run's temporary is untouched
+    finally:
+        live.kill()
+        live.wait()
+    from elmo.cli import main
+    assert main(["embed", str(text), str(out), *embed_args(tmp_path), "--resume"]) == 0  # a dead run's lock is free
+    assert out.is_file() and not (tmp_path / ".out.hdf5.lock").exists()
+
+
+@pytest.mark.parametrize("stateful", [False, True])
+def test_an_input_edited_during_the_run_is_refused_and_nothing_written(tmp_path, monkeypatch, stateful):
+    import elmo.embed_file as embed_file_module
+    import elmo.embed_parallel as parallel
+    from elmo.cli import build_parser
+    from elmo.cli.embed import run
+    from elmo.errors import InputError
+
+    text = tmp_path / "in.txt"
+    text.write_text("a b c\nd e\n" * 20)
+    real = embed_file_module.embed_lines
+
+    def embed_then_edit(*args, **kwargs):
+        yield from real(*args, **kwargs)
+        with open(text, "a") as f:
+            f.write("an edit\n")
+
+    monkeypatch.setattr(embed_file_module, "embed_lines", embed_then_edit)
+    monkeypatch.setattr(parallel, "embed_lines", embed_then_edit)
+    out = tmp_path / "out.hdf5"
+    argv = ["embed", str(text), str(out), *embed_args(tmp_path), *(["--stateful"] if stateful else [])]
+    with pytest.raises(InputError, match="in.txt: INPUT changed while this run read it .* nothing was written"):
+        run(build_parser().parse_args(argv))
+    assert not out.exists() and not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("data,needle", [
+    ("the cat\nsat on\x00 the mat\n".encode(), "line 2: a NUL byte at column 7"),
+    ("the cat sat\non the mat\n".encode("utf-16-le"), "line 1: a NUL byte .* UTF-16LE text without a byte-order mark"),
+    ("the cat sat\non the mat\n".encode("utf-16-be"), "line 1: a NUL byte .* UTF-16BE text without a byte-order mark"),
+    ("the cat sat\non the mat\n".encode("utf-32-le"), "line 1: a NUL byte .* UTF-32 text without a byte-order mark"),
+    (bytes([0x80, 0, 1, 2, 3, 0xff]) * 4 + b"\n", "line 1: a NUL byte .* or a binary file"),
+    (b"the cat\rsat on\rthe mat\r", "line 1: a carriage return inside the line .* CR-only line ends"),
+])
+def test_input_that_is_not_utf8_text_is_refused_by_line(tmp_path, capsys, data, needle):
+    text = tmp_path / "in.txt"
+    text.write_bytes(data)
+    out = tmp_path / "out.hdf5"
+    _refused(capsys, ["embed", str(text), str(out), *embed_args(tmp_path)], "in.txt, line ")
+    from elmo.fileio import iter_lines
+    with pytest.raises(ElmoError, match=needle):
+        list(iter_lines(text))
+    assert not out.exists()
+
+
+def test_crlf_still_reads_as_lines(tmp_path):
+    from elmo.fileio import iter_lines
+
+    text = tmp_path / "in.txt"
+    text.write_bytes(b"a b\r\nc\r\n")
+    assert list(iter_lines(text)) == [(0, "a b"), (1, "c")]
+
+
+@pytest.mark.parametrize("suffix,damage", [(".gz", "truncated"), (".bz2", "truncated"), (".xz", "truncated"),
+                                           (".gz", "mislabelled")])
+def test_broken_compressed_input_is_one_line_naming_the_path(tmp_path, capsys, suffix, damage):
+    import bz2
+    import gzip
+    import lzma
+
+    body = ("the cat sat on the mat\n" * 2000).encode()
+    packed = {".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress}[suffix](body)
+    text = tmp_path / f"in.txt{suffix}"
+    text.write_bytes(packed[: len(packed) // 2] if damage == "truncated" else body)
+    _refused(capsys, ["embed", str(text), str(tmp_path / "out.hdf5"), *embed_args(tmp_path)], f"in.txt{suffix}")
+
+
+def test_compressed_input_is_read(tmp_path):
+    import bz2
+
+    from elmo.fileio import iter_lines
+
+    path = tmp_path / "in.txt.bz2"
+    path.write_bytes(bz2.compress(b"a b\nc\n"))
+    assert list(iter_lines(path)) == [(0, "a b"), (1, "c")]
+
+
+def test_an_output_name_too_long_is_one_line_before_the_model_runs(tmp_path, capsys):
+    text = tmp_path / "in.txt"
+    text.write_text("a b\n")
+    _refused(capsys, ["embed", str(text), str(tmp_path / ("o" * 240 + ".hdf5")), *embed_args(tmp_path)],
+             "the file name is 245 bytes; this folder allows 255")
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes into read-only folders")
+def test_an_output_folder_without_write_permission_is_one_line(tmp_path, capsys):
+    text = tmp_path / "in.txt"
+    text.write_text("a b\n")
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        _refused(capsys, ["embed", str(text), str(folder / "out.hdf5"), *embed_args(tmp_path)],
+                 "cannot write in the folder", "permission denied")
+    finally:
+        folder.chmod(0o755)
+
+
+def test_an_os_error_no_check_caught_is_one_line(tmp_path, capsys, monkeypatch):
+    """The CLI's last net: an OSError from anywhere (here ELMO_CACHE unusable) is one line, exit 2."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("ELMO_CACHE", str(blocker / "cache"))
+    _refused(capsys, ["download", "http://127.0.0.1:9/m/blob.bin"], "not-a-folder")
+
+
+def test_training_corpora_and_embed_share_one_line_reader(tmp_path):
+    from elmo.training.data import read_sentences
+
+    path = tmp_path / "c.txt"
+    path.write_bytes("a b\nc\x00d\n".encode())
+    with pytest.raises(ElmoError, match="c.txt, line 2: a NUL byte"):
+        list(read_sentences(str(path)))
+
+
+@pytest.mark.parametrize("stateful", [False, True])
+def test_a_killed_runs_output_temporary_is_removed_by_the_next_run(tmp_path, stateful):
+    from elmo.cli import main
+
+    text = tmp_path / "in.txt"
+    text.write_text("a b c\n")
+    leftover = tmp_path / ".out.hdf5.0123456789ab.tmp"
+    leftover.write_bytes(bytes(1000))
+    extra = ["--stateful"] if stateful else []
+    assert main(["embed", str(text), str(tmp_path / "out.hdf5"), *embed_args(tmp_path), *extra]) == 0
+    assert not leftover.exists() and (tmp_path / "out.hdf5").is_file()
+

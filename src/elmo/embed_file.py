@@ -11,7 +11,7 @@ import functools
 import json
 import os
 from collections import deque
-from collections.abc import Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 import h5py
@@ -20,8 +20,8 @@ from tqdm import tqdm
 
 from .documents import check_context, line_documents
 from .embedder import LAYER_CHOICES, Embedder, check_batch_size, select_layers
-from .errors import InputError
-from .fileio import check_file, check_not_input, hdf5_output, iter_lines
+from .errors import InputError, OutputError
+from .fileio import check_file, check_not_input, hdf5_output, iter_lines, output_lock
 
 DTYPES = ("float32", "float16")
 POOLS = ("mean", "max")
@@ -154,7 +154,25 @@ def check_output(output_file: str | os.PathLike, overwrite: bool, input_file: st
     directory = os.path.dirname(os.path.abspath(output_file))
     if not os.path.isdir(directory):
         raise InputError(f"{output_file}: the directory {directory} does not exist")
+    check_writable_folder(output_file, directory)
     return output_file
+
+
+def check_writable_folder(output_file: str, directory: str) -> None:
+    """What the OS would refuse later, refused now in one line: a read-only or unwritable folder, no free
+    inodes, a name too long once the temporaries' 18 extra bytes are added."""
+    vfs = os.statvfs(directory)
+    if not os.access(directory, os.W_OK | os.X_OK):
+        why = "a read-only file system" if vfs.f_flag & os.ST_RDONLY else "permission denied"
+        raise OutputError(f"{output_file}: cannot write in the folder {directory} ({why})")
+    if vfs.f_files and not vfs.f_favail:
+        raise OutputError(f"{output_file}: the file system of {directory} has no free inodes (no new file can be "
+                          "made there); free some, or write OUTPUT elsewhere")
+    longest = os.pathconf(directory, "PC_NAME_MAX")
+    name = os.path.basename(output_file).encode()
+    if len(name) + 18 > longest:
+        raise OutputError(f"{output_file}: the file name is {len(name)} bytes; this folder allows {longest}, and "
+                          "OUTPUT's temporary files add 18: choose a shorter name")
 
 
 def line_tokens(path: str | os.PathLike) -> Iterator[tuple[int, list[str]]]:
@@ -200,10 +218,14 @@ def embed_file(
     check_batch_size(batch_size)
     input_file = check_input(input_file)
     output_file = check_output(output_file, overwrite, input_file)
-    _, n_tokens = count_tokens(input_file)  # also validates UTF-8 before any work is done
-    write_lines(embedder, iter_lines(input_file), output_file, spec, batch_size=batch_size,
-                forget_sentences=forget_sentences, use_sentence_keys=use_sentence_keys, progress=progress,
-                total_tokens=n_tokens, source=os.fspath(input_file), context=context)
+    with output_lock(output_file):  # one writer per output
+        remove_temporaries(output_file)  # a killed run's OUTPUT-sized temporary
+        before = input_state(input_file)
+        _, n_tokens = count_tokens(input_file)  # also validates UTF-8 before any work is done
+        write_lines(embedder, iter_lines(input_file), output_file, spec, batch_size=batch_size,
+                    forget_sentences=forget_sentences, use_sentence_keys=use_sentence_keys, progress=progress,
+                    total_tokens=n_tokens, source=os.fspath(input_file), context=context,
+                    before_rename=lambda: check_unchanged(input_file, before))
 
 
 def embed_lines(embedder: Embedder, lines: Iterable[tuple[int, str]], batch_size: int, context: str = "sentence",
@@ -228,8 +250,10 @@ def write_lines(
     total_tokens: int | None = None,
     source: str = "input",
     context: str = "sentence",
+    before_rename: Callable[[], None] = lambda: None,
 ) -> None:
-    """Embed (line number, text) pairs in one stream and write them atomically to `output_file`.
+    """Embed (line number, text) pairs in one stream and write them atomically to `output_file`
+    (`before_rename` may still refuse the result: nothing is then written).
 
     Memory is bounded by the embedder's window, except the `sentence_to_index` dict, which holds every
     distinct sentence until the end (pass `forget_sentences` for corpora too big for that).
@@ -259,6 +283,28 @@ def write_lines(
             bar.update(vectors.shape[1])
         if keep_index:
             write_index(out, texts)
+        before_rename()
+
+
+def remove_temporaries(output_file: str) -> None:
+    """`.OUTPUT.<random>.tmp` files of runs that were killed; called with OUTPUT's lock held, so none is live."""
+    out_dir, out_name = os.path.split(os.path.abspath(output_file))
+    for name in os.listdir(out_dir):
+        if name.startswith(f".{out_name}.") and name.endswith(".tmp"):
+            os.remove(os.path.join(out_dir, name))
+
+
+def input_state(path: str) -> tuple[int, int, int]:
+    """What changes when a file is edited or replaced: size, modification time, inode."""
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def check_unchanged(path: str, before: tuple[int, int, int]) -> None:
+    """An INPUT edited during the run would pair old vectors with new text: refuse before OUTPUT is renamed."""
+    if input_state(path) != before:
+        raise InputError(f"{path}: INPUT changed while this run read it (size, time or file differ from when it "
+                         "started); nothing was written to OUTPUT: run again on a file that does not change")
 
 
 def check_sentence_key(used: Container[str], key: str, source: str, number: int) -> None:

@@ -35,10 +35,11 @@ from tqdm import tqdm
 
 from .devices import TorchrunPlace
 from .documents import check_context, check_document_length, is_document_break
-from .embed_file import OutputSpec, check_input, check_output, check_sentence_key, embed_lines, link_plist, write_index
+from .embed_file import (OutputSpec, check_input, check_output, check_sentence_key, check_unchanged, embed_lines,
+                         input_state, link_plist, remove_temporaries, write_index)
 from .embedder import Embedder, check_batch_size
 from .errors import ElmoError, InputError, OutputError
-from .fileio import hash_file, hdf5_output, iter_lines
+from .fileio import MAX_LINE_BYTES, hash_file, hdf5_output, iter_lines, output_lock
 from .hdf5_files import open_hdf5
 from .weights import model_fingerprint
 
@@ -99,6 +100,7 @@ class Plan:
     blocks: list[tuple[int, int]]
     tokens: list[int]
     todo: list[int]
+    input_state: tuple[int, int, int] = (0, 0, 0)
 
     @property
     def n_lines(self) -> int:
@@ -144,8 +146,8 @@ def parts_dir_of(output_file: str) -> str:
     return output_file + ".parts"
 
 
-def scan_input(path: str, part_lines: int, use_sentence_keys: bool,
-               context: str = "sentence") -> tuple[dict, list[tuple[int, int]], list[int]]:
+def scan_input(path: str, part_lines: int, use_sentence_keys: bool, context: str = "sentence",
+               max_line_bytes: int = MAX_LINE_BYTES) -> tuple[dict, list[tuple[int, int]], list[int]]:
     """One pass over INPUT: its sha256 and line count, the blocks with their token counts.
 
     Invalid UTF-8, and with `use_sentence_keys` an empty or repeated sentence, is an error naming the
@@ -155,7 +157,7 @@ def scan_input(path: str, part_lines: int, use_sentence_keys: bool,
     """
     blocks, tokens, seen = [], [], set()
     in_document = 0  # sentence lines since the last document break
-    for number, text in iter_lines(path):
+    for number, text in iter_lines(path, max_line_bytes):
         words = len(text.split())
         if context == "sentence":
             starts = number % part_lines == 0
@@ -176,6 +178,7 @@ def scan_input(path: str, part_lines: int, use_sentence_keys: bool,
     return {"sha256": hash_file(path).hexdigest(), "lines": blocks[-1][1] if blocks else 0}, blocks, tokens
 
 
+
 def make_plan(embedder: Embedder, input_file: str, output_file: str, spec: OutputSpec, part_lines: int,
               use_sentence_keys: bool, overwrite: bool, resume: bool, context: str = "sentence") -> Plan:
     """Check INPUT and OUTPUT, prepare OUTPUT.parts/, and list the blocks still to embed (rank 0 only)."""
@@ -184,12 +187,15 @@ def make_plan(embedder: Embedder, input_file: str, output_file: str, spec: Outpu
     spec.check_model(embedder.bilm.num_layers)
     check_input(input_file)
     check_output(output_file, overwrite, input_file)
+    remove_temporaries(output_file)  # a killed join's OUTPUT-sized temporary (OUTPUT's lock is held)
+    before = input_state(input_file)
     input_id, blocks, tokens = scan_input(input_file, part_lines, use_sentence_keys, check_context(context))
     settings = {**spec.settings(), "part_lines": part_lines}
     if context != "sentence":  # sentence-mode headers stay as they were, so their parts still resume
         settings["context"] = context
     header = {"format": PART_FORMAT, "model": model_fingerprint(embedder.bilm), "input": input_id, "settings": settings}
-    plan = Plan(parts_dir_of(output_file), header, blocks, tokens, list(range(len(blocks))))
+    plan = Plan(parts_dir_of(output_file), header, blocks, tokens, list(range(len(blocks))), before)
+    check_unchanged(input_file, plan.input_state)  # not edited while it was hashed
     if os.path.isdir(plan.parts_dir):
         if resume:
             remove_leftovers(plan.parts_dir, output_file)
@@ -281,11 +287,10 @@ def part_is_done(plan: Plan, block: int) -> bool:
 
 def remove_leftovers(parts_dir: str, output_file: str) -> None:
     """Temporary files of a killed run: unfinished parts, and an unfinished join of OUTPUT."""
-    out_dir, out_name = os.path.split(os.path.abspath(output_file))
-    for directory, prefix in ((parts_dir, ".lines-"), (out_dir, f".{out_name}.")):
-        for name in os.listdir(directory):
-            if name.startswith(prefix) and name.endswith(".tmp"):
-                os.remove(os.path.join(directory, name))
+    remove_temporaries(output_file)
+    for name in os.listdir(parts_dir):
+        if name.startswith(".lines-") and name.endswith(".tmp"):
+            os.remove(os.path.join(parts_dir, name))
 
 
 def remove_parts(parts_dir: str) -> None:
@@ -329,6 +334,7 @@ def join_parts(input_file: str, output_file: str, plan: Plan, spec: OutputSpec, 
     if not keep_parts:
         tqdm.write("elmo embed: too little space to keep the parts until OUTPUT is complete; each part is removed "
                    "once it is copied (if the join fails, --resume re-embeds those)", file=sys.stderr)
+    check_unchanged(input_file, plan.input_state)
     keep_index = not (forget_sentences or use_sentence_keys)
     texts: dict[str, str] = {}
     part, open_block = None, -1
@@ -356,6 +362,7 @@ def join_parts(input_file: str, output_file: str, plan: Plan, spec: OutputSpec, 
                 bar.update()
             if keep_index:
                 write_index(out, texts)
+            check_unchanged(input_file, plan.input_state)  # OUTPUT is renamed into place only after this
     finally:
         if part is not None:
             part.close()
@@ -377,16 +384,21 @@ def embed_corpus(embedder: Embedder, input_file: str | os.PathLike, output_file:
     if embedder.stateful:
         raise InputError("parts, ranks and --resume need a stateless embedder: with state carried between "
                          "batches every line depends on all earlier ones, so a run cannot be split or continued")
-    plan = ranks.from_rank0(lambda: make_plan(embedder, input_file, output_file, spec, part_lines, use_sentence_keys,
-                                              overwrite, resume, context))
-    try:
-        embed_plan(embedder, input_file, output_file, plan, spec, batch_size, forget_sentences, use_sentence_keys,
-                   progress, ranks)
-    except BaseException:
-        if ranks.rank == 0:
-            with contextlib.suppress(OSError):  # no finished part to resume from: leave nothing behind
-                os.rmdir(plan.parts_dir)
-        raise
+    with contextlib.ExitStack() as held:
+        def locked_plan() -> Plan:  # rank 0 holds OUTPUT's lock for the whole run: one writer per output
+            held.enter_context(output_lock(output_file))
+            return make_plan(embedder, input_file, output_file, spec, part_lines, use_sentence_keys, overwrite,
+                             resume, context)
+
+        plan = ranks.from_rank0(locked_plan)
+        try:
+            embed_plan(embedder, input_file, output_file, plan, spec, batch_size, forget_sentences, use_sentence_keys,
+                       progress, ranks)
+        except BaseException:
+            if ranks.rank == 0:
+                with contextlib.suppress(OSError):  # no finished part to resume from: leave nothing behind
+                    os.rmdir(plan.parts_dir)
+            raise
 
 
 def embed_plan(embedder: Embedder, input_file: str, output_file: str, plan: Plan, spec: OutputSpec, batch_size: int,

@@ -18,6 +18,7 @@ from typing import Any
 import h5py
 
 from .errors import ElmoError, InputError, ModelFileError, OutputError
+from .text_lines import MAX_LINE_BYTES, decode_line, invalid_utf8, iter_raw_lines  # noqa: F401  (one reader)
 
 
 @contextlib.contextmanager
@@ -84,21 +85,6 @@ def hash_file(path: str | os.PathLike, digest=None):
     return digest
 
 
-def invalid_utf8(source: str, number: int, raw: bytes, error: UnicodeDecodeError) -> InputError:
-    """The one message for a line that is not UTF-8: where, and which byte."""
-    return InputError(f"{source}, line {number + 1}: invalid UTF-8 (byte 0x{raw[error.start]:02x} at column "
-                      f"{error.start + 1})")
-
-
-def decode_line(raw: bytes, source: str, number: int) -> str:
-    """One line's bytes as text (a leading BOM, which editors write, is not text); invalid UTF-8 is an
-    `InputError` naming the line and the byte."""
-    try:
-        return raw.decode("utf-8-sig" if number == 0 else "utf-8")
-    except UnicodeDecodeError as e:
-        raise invalid_utf8(source, number, raw, e) from None
-
-
 def read_text(path: str | os.PathLike, what: str) -> str:
     """A whole UTF-8 file of a model (`what`: e.g. "options file"); a `ModelFileError` says what is wrong."""
     path = os.fspath(path)
@@ -131,17 +117,16 @@ def open_text(path: str | os.PathLike) -> io.TextIOBase:
     return open(path, encoding="utf-8-sig", errors="strict", newline="\n")  # -sig: a leading BOM is not text
 
 
-def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
-    """(0-based line number, line without its newline) for a UTF-8 file; invalid UTF-8 names the line.
+def iter_lines(path: str | os.PathLike, max_bytes: int = MAX_LINE_BYTES,
+               flag: str | None = None) -> Iterator[tuple[int, str]]:
+    """(0-based line number, line without its newline) for a UTF-8 file (plain, .gz, .bz2 or .xz); every
+    refusal (invalid UTF-8, NUL bytes, CR-only line ends, a line over `max_bytes`) names the line.
 
-    Reads bytes and decodes each line, so an error points at the exact line, and memory does not
-    depend on the file's size.
+    Reads bytes and decodes each line (elmo.text_lines), so memory does not depend on the file's size.
     """
     path = check_file(path)
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        for number, raw in enumerate(f):
-            yield number, decode_line(raw, path, number).rstrip("\r\n")
+    for number, raw in iter_raw_lines(path, max_bytes, flag):
+        yield number, decode_line(raw, path, number).rstrip("\r\n")
 
 
 class GuardedFile(io.RawIOBase):
@@ -360,3 +345,39 @@ def json_text(value, indent: int | None = None) -> str:
         return v
 
     return json.dumps(clean(value), indent=indent, allow_nan=False)
+
+
+@contextlib.contextmanager
+def output_lock(output_file: str | os.PathLike, flag: str = "OUTPUT") -> Iterator[None]:
+    """One writer per output for the whole run: `.OUTPUT.lock` beside it, an OS lock (so a dead process's
+    lock is free) holding the writer's PID; a second run refuses in one line naming that process."""
+    import fcntl
+
+    output_file = os.fspath(output_file)
+    directory, name = os.path.split(os.path.abspath(output_file))
+    path = os.path.join(directory, f".{name}.lock")
+    for _ in range(10):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        except OSError as e:
+            raise OutputError(f"{output_file}: cannot create its lock {path} ({write_failure(e)})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            raise OutputError(f"{output_file}: another run (process {holder}) is writing this {flag}; wait for it "
+                              f"to finish or stop it (its lock: {path})") from None
+        if os.path.exists(path) and os.stat(path).st_ino == os.fstat(fd).st_ino:
+            break  # the file we locked is still the lock (a finishing run may have removed it meanwhile)
+        os.close(fd)
+    else:
+        raise OutputError(f"{output_file}: could not take its lock {path}")
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+        os.close(fd)

@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     except ElmoError as e:
         print(f"elmo {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # what the OS refused and no check caught first (permissions, a read-only cache): one line
+        print(f"elmo {args.command}: error: {e.filename + ': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"elmo {args.command}: interrupted", file=sys.stderr)
         return 130

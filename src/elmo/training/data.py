@@ -25,7 +25,6 @@ halves the reading and the character-CNN work.)
 from __future__ import annotations
 
 import glob
-import gzip
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -40,6 +39,7 @@ from ..devices import move_tensors
 from ..documents import check_document_length, is_document_break
 from ..errors import InputError
 from ..fileio import check_file, decode_line
+from ..text_lines import open_binary, read_line
 
 MAX_LINE_BYTES = 100_000  # far above any real sentence (wiki_corpus' longest is ~3 KB)
 CHUNK_LINES = 100_000  # lines shuffled together; memory is one chunk of raw lines
@@ -65,18 +65,12 @@ def expand_corpus(patterns: Iterable[str] | str) -> list[str]:
 
 def _open_binary(path: str) -> IO[bytes]:
     check_file(path, "a corpus file", noun="corpus file")
-    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+    return open_binary(path)  # the one line reader of elmo.text_lines: .gz/.bz2/.xz, damage named
 
 
 def _read_line(f: IO[bytes], path: str, number: int) -> bytes:
     """One raw line, refusing absurdly long ones before they are read into memory."""
-    raw = f.readline(MAX_LINE_BYTES + 1)
-    if len(raw) > MAX_LINE_BYTES:
-        raise InputError(
-            f"{path}, line {number + 1}: longer than {MAX_LINE_BYTES:,} bytes; expected one tokenized "
-            "sentence per line (is this a whole document, or not a text file?)"
-        )
-    return raw
+    return read_line(f, path, number, MAX_LINE_BYTES)
 
 
 def read_sentences(path: str) -> Iterator[tuple[int, list[str]]]:
