@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import BILM_TF, load_script, need, train_micro_run
 
 from elmo.cli import main as cli_main
 from elmo.training.checkpoint import list_checkpoints
 from elmo.training.export import load_run
 from elmo.training.perplexity import perplexity
+
+pytest.importorskip("matplotlib", reason="scripts/default_model_curves.py draws with matplotlib: pip install -e '.[tasks]'")
 
 
 def test_checkpoints_scored_per_mode_and_the_reference_drawn(tmp_path):
