@@ -530,7 +530,8 @@ def borrow_data(h5: Path, name: str, kind: str, elsewhere: Path) -> None:
             f.create_dataset(name, shape=shape, dtype=dtype, external=[(str(elsewhere), 0, h5py.h5f.UNLIMITED)])
             return
         with h5py.File(elsewhere, "w") as other:
-            other.create_dataset("data", data=np.frombuffer(SECRET * 64, dtype=dtype)[: int(np.prod(shape))].reshape(shape))
+            values = np.frombuffer(SECRET * 64, dtype=dtype)[: int(np.prod(shape))]
+            other.create_dataset("data", data=values.reshape(shape))
         if kind == "external link":
             f[name] = h5py.ExternalLink(str(elsewhere), "data")
         else:
@@ -539,7 +540,7 @@ def borrow_data(h5: Path, name: str, kind: str, elsewhere: Path) -> None:
             f.create_virtual_dataset(name, layout)
 
 
-BORROWED = {"external storage": "external storage", "external link": "external link", "virtual dataset": "virtual dataset"}
+BORROWED = {kind: kind for kind in ("external storage", "external link", "virtual dataset")}
 
 
 @pytest.mark.parametrize("kind", list(BORROWED))
@@ -610,7 +611,8 @@ def test_shapes_are_compared_before_the_model_is_allocated(tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize("section,key,value", [("lstm", "dim", 10**400), ("lstm", "n_layers", 2**40),
-                                               ("char_cnn", "n_highway", 10**400), ("char_cnn", "filters", [[1, 10**400]])])
+                                               ("char_cnn", "n_highway", 10**400),
+                                               ("char_cnn", "filters", [[1, 10**400]])])
 def test_absurd_numbers_in_options_are_one_line(tmp_path, section, key, value):
     from elmo.options import read_options
 
@@ -1025,3 +1027,98 @@ def test_a_killed_runs_output_temporary_is_removed_by_the_next_run(tmp_path, sta
     assert main(["embed", str(text), str(tmp_path / "out.hdf5"), *embed_args(tmp_path), *extra]) == 0
     assert not leftover.exists() and (tmp_path / "out.hdf5").is_file()
 
+
+# ---- #56.12 the API refuses nonsense with the argument's name -----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def micro_files(tmp_path_factory):
+    return micro_model(tmp_path_factory.mktemp("micro56"))
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    ({"num_output_representations": 10**6}, "num_output_representations must be an integer in 0..1000, found 1000000"),
+    ({"num_output_representations": -1}, "num_output_representations must be an integer"),
+    ({"num_output_representations": 1.5}, "num_output_representations must be an integer"),
+    ({"num_output_representations": 1, "dropout": float("nan")}, "dropout must be a number in \\[0, 1\\], found nan"),
+    ({"num_output_representations": 1, "dropout": 2}, "dropout must be a number in \\[0, 1\\]"),
+    ({"num_output_representations": 1, "scalar_mix_parameters": [0.0, float("inf"), 1.0]},
+     "scalar_mix_parameters must be finite numbers"),
+])
+def test_elmo_refuses_arguments_out_of_range_by_name(micro_files, kwargs, needle):
+    from elmo import Elmo
+    from elmo.errors import InputError
+
+    with pytest.raises(InputError, match=needle):
+        Elmo(*micro_files, **kwargs)
+
+
+@pytest.mark.parametrize("ids,needle", [
+    (lambda ids: ids.float(), "inputs must hold integer character ids .* found torch.float32"),
+    (lambda ids: ids[0], "inputs must have shape \\(batch, tokens, 50\\) .* found \\(2, 50\\)"),
+    (lambda ids: ids[..., :10], "found \\(1, 2, 10\\)"),
+    (lambda ids: ids + 1000, "inputs hold character id 1\\d\\d\\d; ids are 0 \\(padding\\) to 261"),
+    (lambda ids: ids - 1000, "inputs hold character id -\\d+; ids are 0"),
+    (lambda ids: ids.tolist(), "inputs must be a tensor of character ids"),
+])
+def test_elmo_forward_refuses_bad_character_ids_by_name(micro_files, ids, needle):
+    from elmo import Elmo, batch_to_ids
+    from elmo.errors import InputError
+
+    model = Elmo(*micro_files, num_output_representations=1, dropout=0.0)
+    with pytest.raises(InputError, match=needle):
+        model(ids(batch_to_ids([["a", "b"]])))
+
+
+@pytest.mark.parametrize("sentences,needle", [
+    (["a b"], "sentence 0 must be a list of token strings, found str"),
+    ([["a"], ["b", 3]], "sentence 1, token 1 must be a string, found int 3"),
+    ([["a", None]], "sentence 0, token 1 must be a string, found NoneType"),
+])
+def test_embedder_refuses_malformed_sentences_with_their_index(micro_files, sentences, needle):
+    from elmo import Embedder
+    from elmo.errors import InputError
+
+    with pytest.raises(InputError, match=needle):
+        list(Embedder.from_files(*micro_files).embed_sentences(sentences))
+
+
+def test_a_stateful_embedder_refuses_a_second_thread_until_reset(micro_files):
+    import threading
+
+    from elmo import Embedder
+    from elmo.errors import InputError
+
+    embedder = Embedder.from_files(*micro_files, stateful=True)
+    embedder.embed_batch([["a", "b"]])
+    errors = []
+
+    def other():
+        try:
+            embedder.embed_batch([["c"]])
+        except InputError as e:
+            errors.append(str(e))
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    assert len(errors) == 1 and "carries LSTM state from another thread" in errors[0]
+    embedder.reset_states()
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    assert len(errors) == 1  # after reset_states the other thread may use it
+
+
+def test_a_stateless_embedder_in_eight_threads_is_bit_identical(micro_files):
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    from elmo import Embedder
+
+    embedder = Embedder.from_files(*micro_files)
+    sentences = [["a", "b", "c"][: 1 + i % 3] for i in range(24)]
+    alone = [embedder.embed_batch([s])[0] for s in sentences]
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda s: embedder.embed_batch([s])[0], sentences))
+    assert all(np.array_equal(a, b) for a, b in zip(alone, together))

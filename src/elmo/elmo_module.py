@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 
@@ -10,10 +11,46 @@ from torch import nn
 
 from . import allennlp_state
 from .bilm import BiLM, remove_sentence_boundaries
+from .chars import N_CODES
 from .errors import InputError
 from .int8 import quantize_bilm
 from .models import load_bilm, resolve
 from .scalar_mix import ScalarMix
+
+
+MAX_REPRESENTATIONS = 1000  # far above any task's need; 10**6 mixes took two minutes and 7.6 GB to build
+
+
+def check_arguments(num_output_representations: object, dropout: object, scalar_mix_parameters: object) -> None:
+    """Elmo's numbers in range, each refusal naming the argument, the value and what is allowed."""
+    n = num_output_representations
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_REPRESENTATIONS:
+        raise InputError(f"num_output_representations must be an integer in 0..{MAX_REPRESENTATIONS}, found {n!r}")
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1:
+        raise InputError(f"dropout must be a number in [0, 1], found {dropout!r}")
+    if scalar_mix_parameters is not None:
+        values = list(scalar_mix_parameters)
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+            raise InputError(f"scalar_mix_parameters must be finite numbers, found {values!r}")
+
+
+def check_char_ids(inputs: object, module: nn.Module) -> None:
+    """Character ids as `batch_to_ids` makes them: an integer tensor (B, T, W) or (B, N, T, W), W the model's
+    width, values in 0..codes; a float, a wrong shape or an id out of range is refused by name."""
+    if not isinstance(inputs, torch.Tensor):
+        raise InputError(f"inputs must be a tensor of character ids (elmo.batch_to_ids), found {type(inputs).__name__}")
+    if inputs.is_floating_point() or inputs.is_complex() or inputs.dtype == torch.bool:
+        raise InputError(f"inputs must hold integer character ids (elmo.batch_to_ids gives int64), found "
+                         f"{inputs.dtype}")
+    config = getattr(module, "config", None)
+    width = config.ids_width if config is not None else None
+    if inputs.dim() not in (3, 4) or (width is not None and inputs.shape[-1] != width):
+        raise InputError(f"inputs must have shape (batch, tokens, {width or 'W'}) or (batch, n, tokens, "
+                         f"{width or 'W'}), found {tuple(inputs.shape)}")
+    if config is not None and config.reads_chars and not config.word_dim and inputs.numel():
+        low, high = int(inputs.min()), int(inputs.max())
+        if low < 0 or high > N_CODES:
+            raise InputError(f"inputs hold character id {low if low < 0 else high}; ids are 0 (padding) to {N_CODES}")
 
 
 class Elmo(nn.Module):
@@ -50,6 +87,7 @@ class Elmo(nn.Module):
         """`int8=True`: the frozen biLM's products run in int8 on the CPU (`elmo.int8`; the scalar
         mixes stay float32 and trainable); not with `requires_grad=True`."""
         super().__init__()
+        check_arguments(num_output_representations, dropout, scalar_mix_parameters)
         if int8 and requires_grad:
             raise InputError("Elmo(int8=True) is for a frozen biLM: int8 weights take no gradients; "
                              "drop requires_grad=True or int8=True")
@@ -189,6 +227,7 @@ class Elmo(nn.Module):
     def forward(self, inputs: torch.Tensor, word_inputs: torch.Tensor | None = None) -> dict:
         """inputs: char ids (B, T, 50) or (B, N, T, 50); word_inputs: (B, T) indices into
         `vocab_to_cache`. Returns {'elmo_representations': [(B, T, 2P)...], 'mask': (B, T)}."""
+        check_char_ids(inputs, self._elmo_lstm)
         original_shape = inputs.shape
         if inputs.dim() > 3:
             inputs = inputs.reshape(-1, *original_shape[-2:])

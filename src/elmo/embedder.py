@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
@@ -29,6 +30,19 @@ def check_batch_size(value: object, name: str = "batch_size") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise InputError(f"{name} must be a positive integer, found {value!r}")
     return value
+
+
+def check_sentences(sentences: Sequence[Sequence[str]], first: int = 0) -> None:
+    """Each sentence a sequence of strings: a bare string or a non-string token is refused with its index
+    (`first`: the index of sentences[0] in the caller's input)."""
+    for i, sentence in enumerate(sentences, first):
+        if isinstance(sentence, (str, bytes)) or not isinstance(sentence, Sequence):
+            raise InputError(f"sentence {i} must be a list of token strings, found {type(sentence).__name__} "
+                             f"{str(sentence)[:40]!r}")
+        for j, token in enumerate(sentence):
+            if not isinstance(token, str):
+                raise InputError(f"sentence {i}, token {j} must be a string, found {type(token).__name__} "
+                                 f"{token!r:.40}")
 
 
 def windows(items: Iterable[T], size: int) -> Iterator[list[T]]:
@@ -87,6 +101,8 @@ class Embedder:
         self.bf16 = bf16
         if int8:
             quantize_bilm(self.bilm)
+        self._lock = threading.Lock()  # one forward pass at a time: a stateful biLM's state is one per row
+        self._state_thread: int | None = None  # the thread whose sentences a stateful biLM's state holds
 
     @classmethod
     def from_files(cls, options_file: str | os.PathLike, weight_file: str | os.PathLike, stateful: bool = False,
@@ -104,15 +120,31 @@ class Embedder:
         return self.bilm.stateful
 
     def reset_states(self) -> None:
-        self.bilm.reset_states()
+        """Zero the carried state; afterwards any one thread may use a stateful embedder."""
+        with self._lock:
+            self.bilm.reset_states()
+            self._state_thread = None
+
+    def _claim_state(self) -> None:
+        """A stateful embedder's carried state belongs to one thread's stream of sentences: batches of another
+        thread would continue it (silently wrong vectors), so they are refused until `reset_states()`."""
+        me = threading.get_ident()
+        if self._state_thread not in (None, me):
+            raise InputError("this stateful Embedder carries LSTM state from another thread's sentences; using it "
+                             "from a second thread would mix their state: give each thread its own Embedder, or "
+                             "call reset_states() before switching threads (stateless embedders are thread-safe)")
+        self._state_thread = me
 
     @torch.no_grad()
     def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """One forward pass over `sentences` as one batch (row r = sentences[r])."""
         if not sentences:
             return []
+        check_sentences(sentences)
         ids = self.bilm.batch_to_ids(sentences).to(self.device)
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+        with self._lock, torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            if self.stateful:
+                self._claim_state()
             out = self.bilm(ids)
         lengths = (out.mask.sum(1) - 2).tolist()
         layers = [layer.float().cpu() for layer in out.layers]  # (B, T+2, D) each
@@ -145,7 +177,10 @@ class Embedder:
 
     def _embed_lazily(self, sentences: Iterable[Sequence[str]], view: Callable[[np.ndarray], np.ndarray],
                       batch_size: int) -> Iterator[np.ndarray]:
+        first = 0
         for window in windows(sentences, batch_size if self.stateful else batch_size * 16):
+            check_sentences(window, first)  # before the window is sorted, so the index is the caller's
+            first += len(window)
             yield from self._embed_window(window, view, batch_size)
 
     def _embed_window(self, sentences: list[Sequence[str]], view: Callable[[np.ndarray], np.ndarray],

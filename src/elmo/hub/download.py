@@ -312,6 +312,11 @@ def entry_lock(entry: CacheEntry):
         lock.release()
 
 
+def _own_files(entry: CacheEntry) -> tuple[Path, ...]:
+    part_state = entry.part_path.with_name(entry.part_path.name + ".json")
+    return entry.path, entry.record_path, entry.part_path, part_state
+
+
 def _holder(owner: Path) -> str:
     try:
         pid, host = owner.read_text(encoding="utf-8").split()[:2]
@@ -323,8 +328,7 @@ def _holder(owner: Path) -> str:
 def _clean(entry: CacheEntry) -> None:
     """Remove links where the entry's files go, and temporaries of runs that were killed (unpack folders,
     half-written records): the lock is held, so nothing else is writing them."""
-    for path in (entry.path, entry.record_path, entry.part_path, entry.part_path.with_name(entry.part_path.name + ".json"),
-                 entry.extracted):
+    for path in (*_own_files(entry), entry.extracted):
         if path.is_symlink():
             print(f"elmo: removing the link {path} (a cache entry is never written through a link)", file=sys.stderr)
             path.unlink()
@@ -342,8 +346,7 @@ def _remove(path: Path) -> None:
 
 def forget(entry: CacheEntry) -> None:
     """Drop everything of `entry` (`elmo download --force`, a damaged archive): the next use fetches it again."""
-    for path in (entry.path, entry.record_path, entry.part_path, entry.part_path.with_name(entry.part_path.name + ".json"),
-                 entry.extracted):
+    for path in (*_own_files(entry), entry.extracted):
         _remove(path)
 
 
