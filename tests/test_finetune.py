@@ -298,7 +298,9 @@ def test_fine_tuning_defaults_and_refusals(tmp_path, fixture_model, corpus):
     _, run, _ = start_model(tmp_path, fixture_model, corpus[1])
     assert run.optimizer == FINETUNE_DEFAULTS["optimizer"] and run.finetune["epochs"] == FINETUNE_DEFAULTS["epochs"]
     _, run, _ = start_model(tmp_path, fixture_model, corpus[1], lr=0.05, epochs=1.0, softmax_steps=0)
-    assert run.finetune["lr"] == 0.05 and run.finetune["defaults"] == ["optimizer"] and run.softmax_steps == 0
+    assert run.finetune["lr"] == 0.05 and run.finetune["defaults"] == ["optimizer", "batch_size", "negatives"]
+    assert run.softmax_steps == 0
+    assert (run.finetune["batch_size"], run.finetune["negatives"]) == (FINETUNE_DEFAULTS["batch_size"], FINETUNE_DEFAULTS["negatives"])
     stored = RunConfig.from_json(run.to_json(1))
     assert stored == run
     with pytest.raises(InputError, match=r"--vocab is required: --init-from .* has no vocab.txt to use"):
