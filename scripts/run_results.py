@@ -35,8 +35,8 @@ from typing import NamedTuple
 import numpy as np
 
 from elmo.fileio import atomic_path, hash_file
-from elmo.tasks.paper import (PROBES, TABLE1, TASK_BENCHMARK, aggregate_runs, compare_arms, error_reduction, pair_by_seed,
-                              read_seed_run, seed_noise_verdict)
+from elmo.tasks.paper import (PROBES, TABLE1, TASK_BENCHMARK, aggregate_runs, compare_arms, comparison_table,
+                              error_reduction, pair_by_seed, read_seed_run, seed_noise_verdict)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -753,10 +753,15 @@ def arm_comparisons_section(grid: Grid) -> list[str]:
     for comparison in ARM_COMPARISONS:
         files = [[grid.ner_arms / f"{comparison.task}-elmo-{arm}-s{s}.json" for s in grid.seeds] for arm in comparison.arms]
         lines += [f"### {comparison.title}", "", f"{comparison.about} {comparison.conditions}", ""]
-        if not all(f.is_file() for arm_files in files for f in arm_files):
-            lines += ["Not all runs are present yet.", ""]
-        else:
+        paired = [(a, b) for a, b in zip(*files) if a.is_file() and b.is_file()]
+        if len(paired) == len(grid.seeds):
             lines += [*compare_arms(files[0], files[1], comparison.arms), ""]
+        elif paired:
+            pairs = pair_by_seed([read_seed_run(a) for a, _ in paired], [read_seed_run(b) for _, b in paired])
+            lines += [*comparison_table(pairs, comparison.arms), "",
+                      f"Not all runs are present yet: {len(paired)} of {len(grid.seeds)} seeds paired so far, no verdict.", ""]
+        else:
+            lines += ["Not all runs are present yet.", ""]
         lines += ["```bash", *(f"for s in {' '.join(map(str, grid.seeds))}; do "
                                f"{arm_command(comparison.task, model, flags, arm)}; done"
                                for arm, flags, model in zip(comparison.arms, comparison.flags, comparison.models())),
