@@ -706,6 +706,10 @@ DOMAIN_TUNING_COMMANDS = (
 )
 
 
+def sd(values: list[float]) -> float:
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
 def domain_tuning_section(grid: Grid) -> list[str]:
     """The paper's section 3.4 claim measured: perplexity and task score before and after tuning on the task's text."""
     folder = grid.ner_arms.parent / "domain-tuning"
@@ -731,7 +735,7 @@ def domain_tuning_section(grid: Grid) -> list[str]:
         if all(f.is_file() for arm_files in files for f in arm_files):
             pairs = pair_by_seed([read_seed_run(f) for f in files[0]], [read_seed_run(f) for f in files[1]])
             a, b = [[pair[k].scores["test"] for pair in pairs] for k in (0, 1)]
-            score = f"{statistics.mean(a):.2f} ± {statistics.stdev(a):.2f} -> {statistics.mean(b):.2f} ± {statistics.stdev(b):.2f}"
+            score = f"{statistics.mean(a):.2f} ± {sd(a):.2f} -> {statistics.mean(b):.2f} ± {sd(b):.2f}"
             diffs = ", ".join(f"{y - x:+.2f}" for x, y in zip(a, b))
             verdict = seed_noise_verdict("test", pairs, comparison.arms).rsplit(": ", 1)[-1].rstrip(".")
         lines.append(f"| {tuning.task} | {tuning.text} | {' / '.join(cells)} | {score} | {diffs} | {verdict} |")
