@@ -641,9 +641,9 @@ CONDITIONS_DOMAIN_ARMS = {
            "tuned arm on 2026-12-06 from 19:42 UTC on an Intel Xeon with AVX-512, one process of one thread pinned to one "
            "core, the seeds in turn, beside the SST-5 arms on the other core and helper sessions' niced test suites "
            "(F1 does not depend on the load or, beyond float rounding, on the CPU; the runs' times do).",
-    "sst5": "Run on 2026-12-06 from 19:45 UTC on an Intel Xeon with AVX-512, one process of one thread pinned to one core, "
-            "the two arms alternating seed by seed, beside the NER arm on the other core and helper sessions' niced test "
-            "suites (accuracy does not depend on the load; the runs' times do).",
+    "sst5": "Run on 2026-12-06 from 19:45 to 21:17 UTC on an Intel Xeon with AVX-512, one process of one thread pinned to "
+            "a core: seed 1's arms in turn beside the NER arm on the other core, seed 2's arms side by side on the two cores; "
+            "helper sessions' niced test suites shared the cores (accuracy does not depend on the load; the runs' times do).",
 }
 
 ARM_COMPARISONS = (
