@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
@@ -142,7 +143,9 @@ class Embedder:
             return []
         check_sentences(sentences)
         ids = self.bilm.batch_to_ids(sentences).to(self.device)
-        with self._lock, torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+        # Only a stateful biLM needs one pass at a time; stateless passes share nothing and run in parallel.
+        with self._lock if self.stateful else contextlib.nullcontext(), \
+                torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             if self.stateful:
                 self._claim_state()
             out = self.bilm(ids)
