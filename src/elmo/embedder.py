@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
@@ -18,7 +19,7 @@ from .devices import check_device
 from .documents import CHUNK_STEPS, Document, check_documents, contextualize_documents
 from .errors import InputError
 from .int8 import quantize_bilm
-from .models import Model, load_bilm, resolve
+from .models import Model, default_model_name, load_bilm, resolve
 
 LAYER_CHOICES = ("all", "top", "average")
 Layers = str | Sequence[int]  # one of LAYER_CHOICES, or layer numbers such as [1, 2]
@@ -66,7 +67,7 @@ def select_layers(layers: np.ndarray, choice: str) -> np.ndarray:
         return layers[-1]
     if choice == "average":
         return layers.mean(axis=0)
-    raise ValueError(f"layers must be one of {LAYER_CHOICES}, found {choice!r}")
+    raise InputError(f"layers must be one of {LAYER_CHOICES}, found {choice!r}")
 
 
 def check_int8_choice(int8: bool, device: str | torch.device, bf16: bool) -> None:
@@ -94,14 +95,17 @@ class Embedder:
         check_int8_choice(int8, device, bf16)
         self.device = check_device(device)
         self.batch_size = check_batch_size(batch_size)
+        self.model_named = bilm is not None  # if not, embed_documents runs the bundled document model
         if bilm is None:
             bilm = resolve().load()
         if self.device.type == "cpu":
             keep_freed_memory()
         self.bilm = bilm.to(self.device).eval()
         self.bf16 = bf16
+        self.int8 = int8
         if int8:
             quantize_bilm(self.bilm)
+        self._document_embedder: Embedder | None = None
         self._lock = threading.Lock()  # one forward pass at a time: a stateful biLM's state is one per row
         self._state_thread: int | None = None  # the thread whose sentences a stateful biLM's state holds
 
@@ -111,9 +115,13 @@ class Embedder:
         return cls(load_bilm(options_file, weight_file, stateful=stateful), **kwargs)
 
     @classmethod
-    def from_model(cls, model: str | os.PathLike | Model = "default", stateful: bool = False, **kwargs) -> Embedder:
+    def from_model(cls, model: str | os.PathLike | Model | None = None, stateful: bool = False,
+                   **kwargs) -> Embedder:
         """A bundled model by name ("default"), a model directory (options.json + weights.hdf5), an
-        ELMoForManyLangs model directory (docs/manylangs.md), or a resolved `elmo.models.Model`."""
+        ELMoForManyLangs model directory (docs/manylangs.md), or a resolved `elmo.models.Model`. None:
+        the bundled `default` for sentences, and `default-document` for `embed_documents`."""
+        if model is None and not stateful:
+            return cls(None, **kwargs)
         return cls(resolve(model).load(stateful=stateful), **kwargs)
 
     @property
@@ -169,7 +177,7 @@ class Embedder:
         """What `layers` asks for, checked before any work: (L+1, n, D) -> the array to return."""
         if isinstance(layers, str):
             if layers not in LAYER_CHOICES:
-                raise ValueError(f"layers must be one of {LAYER_CHOICES} or a list of layer numbers, found {layers!r}")
+                raise InputError(f"layers must be one of {LAYER_CHOICES} or a list of layer numbers, found {layers!r}")
             return functools.partial(select_layers, choice=layers)
         picked = list(layers)
         n = self.bilm.num_layers
@@ -212,10 +220,21 @@ class Embedder:
         if self.stateful:
             raise InputError("embed_documents needs a stateless embedder: document context replaces the state "
                              "carried between batches (load the model without stateful=True)")
-        view = self.layer_view(layers)
+        embedder = self if self.model_named else self.document_embedder()
+        view = embedder.layer_view(layers)
         batch_size = self.batch_size if batch_size is None else check_batch_size(batch_size)
         check_batch_size(chunk_steps, "chunk_steps")
-        return self._documents_lazily(documents, view, batch_size, chunk_steps)
+        return embedder._documents_lazily(documents, view, batch_size, chunk_steps)
+
+    def document_embedder(self) -> Embedder:
+        """Where no model was named: the bundled model tuned on whole documents, loaded once with this
+        embedder's settings (a model trained on single sentences gains little from the document)."""
+        if self._document_embedder is None:
+            name = default_model_name("document")
+            print(f"elmo: no model named: documents are embedded with the bundled model `{name}`", file=sys.stderr)
+            self._document_embedder = Embedder.from_model(name, device=self.device, batch_size=self.batch_size,
+                                                          bf16=self.bf16, int8=self.int8)
+        return self._document_embedder
 
     def _documents_lazily(self, documents: Iterable[Document], view: Callable[[np.ndarray], np.ndarray],
                           batch_size: int, chunk_steps: int) -> Iterator[np.ndarray]:
@@ -234,6 +253,8 @@ class Embedder:
     @torch.no_grad()
     def embed_document_batch(self, documents: Sequence[Document], chunk_steps: int = CHUNK_STEPS) -> list[np.ndarray]:
         """One pass over `documents` as one batch: (L+1, n, D) per sentence, documents in order."""
+        if not self.model_named:
+            return self.document_embedder().embed_document_batch(documents, chunk_steps)
         check_documents(documents)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             sentences = contextualize_documents(self.bilm, documents, chunk_steps)
@@ -244,7 +265,7 @@ class Embedder:
         -2 all layers (L+1, n, D), k layer k (n, D). Stateless unless this embedder is stateful."""
         if (isinstance(output_layer, bool) or not isinstance(output_layer, int)
                 or (output_layer not in (-1, -2) and not 0 <= output_layer < self.bilm.num_layers)):
-            raise ValueError(f"output_layer must be -1 (mean), -2 (all) or a layer 0..{self.bilm.num_layers - 1}, "
+            raise InputError(f"output_layer must be -1 (mean), -2 (all) or a layer 0..{self.bilm.num_layers - 1}, "
                              f"found {output_layer!r}")
         arrays = self.embed_sentences(sentences, layers="average" if output_layer == -1 else "all")
         return [arr if output_layer < 0 else arr[output_layer] for arr in arrays]

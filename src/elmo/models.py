@@ -28,7 +28,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from .bilm import BiLM
-from .errors import InputError, ModelFileError
+from .errors import InputError, ModelFileError, ModelFileNotFound
 from .fileio import check_file
 from .hub import find_published, is_url, local_path
 from .layout import (
@@ -47,10 +47,12 @@ from .weights import load_bilm as load_local_bilm
 
 BUNDLED_DIR = Path(__file__).parent / "bundled"
 DEFAULT_MODEL = "default"
+DEFAULT_DOCUMENT_MODEL = "default-document"  # the bundled model tuned on whole documents (docs/documents.md)
 Fetched = Path | tuple[Path, Path]  # what a fetch kind made: a model directory, or (options, weights)
-__all__ = ["BUNDLED_DIR", "DEFAULT_MODEL", "DIRECTORY_KINDS", "NAME_KINDS", "OPTIONS_NAME", "FETCH_KINDS",
-           "SOFTMAX_NAME", "VOCAB_NAME", "WEIGHTS_NAME", "ManyLangsModel", "Model", "ModelFiles", "OriginalModel",
-           "TrainingRun", "bundled_models", "download_reference", "load_bilm", "load_model", "local_file", "resolve"]
+__all__ = ["BUNDLED_DIR", "DEFAULT_DOCUMENT_MODEL", "DEFAULT_MODEL", "DIRECTORY_KINDS", "NAME_KINDS", "OPTIONS_NAME",
+           "FETCH_KINDS", "SOFTMAX_NAME", "VOCAB_NAME", "WEIGHTS_NAME", "ManyLangsModel", "Model", "ModelFiles",
+           "OriginalModel", "TrainingRun", "bundled_models", "default_model_name", "download_reference", "load_bilm",
+           "load_model", "local_file", "resolve"]
 
 
 class Model:
@@ -247,9 +249,20 @@ def resolve(model: str | os.PathLike | Model | None = None, options: str | os.Pa
         if fetched is not None:
             return _fetched_model(fetched, text)
     available = bundled_models()
-    raise ModelFileError(f"{text}: neither a model directory nor a bundled model "
-                         f"(bundled: {', '.join(available) if available else 'none in this installation'}), "
-                         "nor a published model's name (`elmo models` lists them) or a URL")
+    looks_like_a_path = "://" not in text and (os.sep in text or text.startswith((".", "~")))
+    error = ModelFileNotFound if looks_like_a_path and not os.path.exists(text) else ModelFileError
+    raise error(f"{text}: neither a model directory nor a bundled model "
+                f"(bundled: {', '.join(available) if available else 'none in this installation'}), "
+                "nor a published model's name (`elmo models` lists them) or a URL")
+
+
+def default_model_name(context: str = "sentence") -> str:
+    """The bundled model that runs when none is named: `default-document` for document context (it was
+    tuned to read sentences with their documents), `default` otherwise or where the document model is not
+    installed."""
+    if context == "document" and DEFAULT_DOCUMENT_MODEL in bundled_models():
+        return DEFAULT_DOCUMENT_MODEL
+    return DEFAULT_MODEL
 
 
 def load_model(model: str | os.PathLike | Model = DEFAULT_MODEL, stateful: bool = False) -> BiLM:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from ..devices import check_device, rank_device
 from ..documents import CONTEXTS
@@ -12,7 +13,7 @@ from ..embed_parallel import Ranks, embed_corpus
 from ..embedder import Embedder, check_batch_size, check_int8_choice
 from ..errors import InputError
 from ..fileio import check_not_input
-from ..models import resolve
+from ..models import default_model_name, resolve
 from . import add_model_flags
 
 
@@ -65,7 +66,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def load_embedder(args: argparse.Namespace) -> Embedder:
     check_batch_size(args.batch_size, "--batch-size")
     check_device(args.device, "--device")
-    model = resolve(args.model, args.options, args.weights)
+    model = args.model
+    if model is None and args.options is None and args.context == "document":
+        model = default_model_name("document")
+        print(f"elmo: no --model: --context document runs the bundled model `{model}`", file=sys.stderr)
+    model = resolve(model, args.options, args.weights)
     return Embedder.from_model(model, stateful=args.stateful, device=args.device, batch_size=args.batch_size, bf16=args.bf16,
                                int8=args.int8)
 
