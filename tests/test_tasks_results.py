@@ -1,4 +1,4 @@
-"""scripts/run_results.py: the grid runs end to end on tiny slices and the report holds only measured numbers."""
+"""scripts/run_results.py (its parts in scripts/results_grid/): the grid runs end to end on tiny slices and the report holds only measured numbers."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import sys
 import pytest
 import torch
 from conftest import ALLENNLP, DATA, REPO, load_script, need
+from results_grid import cli, grid, ptb, stats, verdicts, work_queue  # scripts/results_grid: the command's parts
 
 pytest.importorskip("matplotlib", reason="the report's figures need the tasks extra (matplotlib)")
 pytest.importorskip("gensim", reason="the static baseline needs the tasks extra (gensim)")
@@ -63,57 +64,54 @@ def test_smoke_grid(tmp_path):
 
 
 def test_shards_partition_the_grid(tmp_path, monkeypatch):
-    script = _script()
     static = tmp_path / "w2v.bin"
     static.write_bytes(b"")  # present, so no shard trains it
     ran = []
-    monkeypatch.setattr(script, "_run", lambda args, cmd: ran.append(cmd[cmd.index("--out") + 1]))
+    monkeypatch.setattr(work_queue, "_run", lambda args, cmd: ran.append(cmd[cmd.index("--out") + 1]))
     for k in range(3):
-        args = script.parse_args(["--out", str(tmp_path / "r"), "--static", str(static), "--shard", f"{k}/3"])
-        runs = script.plan(args)
-        script.run_grid(args, runs)
+        args = cli.parse_args(["--out", str(tmp_path / "r"), "--static", str(static), "--shard", f"{k}/3"])
+        runs = grid.plan(args)
+        work_queue.run_grid(args, runs)
     assert sorted(ran) == sorted(str(tmp_path / "r" / name) for name, _ in runs)  # each run once, by one shard
     for bad in ("3/3", "x", "1/0", "-1/2"):
         with pytest.raises(Exception, match="expected"):
-            script.shard(bad)
+            cli.shard(bad)
 
 
 def test_arms_split_the_grid(tmp_path, monkeypatch):
     """--arms static runs exactly the runs that need no biLM, --arms elmo the rest (probes included)."""
-    script = _script()
     static = tmp_path / "w2v.bin"
     static.write_bytes(b"")
     ran = {}
     for arm in ("static", "elmo"):
         ran[arm] = []
-        monkeypatch.setattr(script, "_run", lambda args, cmd, arm=arm: ran[arm].append(cmd))
-        args = script.parse_args(["--out", str(tmp_path / "r"), "--static", str(static), "--arms", arm])
-        runs = script.plan(args)
-        script.run_grid(args, runs)
+        monkeypatch.setattr(work_queue, "_run", lambda args, cmd, arm=arm: ran[arm].append(cmd))
+        args = cli.parse_args(["--out", str(tmp_path / "r"), "--static", str(static), "--arms", arm])
+        runs = grid.plan(args)
+        work_queue.run_grid(args, runs)
     assert len(ran["static"]) == 15 and len(ran["elmo"]) == 24
     assert all(cmd[cmd.index("--elmo") + 1] == "none" for cmd in ran["static"])
     assert not any("--elmo" in cmd and cmd[cmd.index("--elmo") + 1] == "none" for cmd in ran["elmo"])
     assert sum(cmd[0] == "probe" for cmd in ran["elmo"]) == 9
     with pytest.raises(SystemExit):
-        script.parse_args(["--arms", "word2vec"])
+        cli.parse_args(["--arms", "word2vec"])
 
 
 def test_processes_share_the_grid_through_lock_files(tmp_path, monkeypatch):
     """A run held by a live process is left to it; a lock left by a killed process is taken over."""
-    script = _script()
     static, out = tmp_path / "w2v.bin", tmp_path / "r"
     static.write_bytes(b"")
     out.mkdir()
-    args = script.parse_args(["--out", str(out), "--static", str(static)])
-    runs = script.plan(args)
+    args = cli.parse_args(["--out", str(out), "--static", str(static)])
+    runs = grid.plan(args)
     held, stale = runs[0][0], runs[1][0]
     (out / f".{held}.lock").write_text(f"{socket.gethostname()} {os.getpid()}\n")
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     (out / f".{stale}.lock").write_text(f"{socket.gethostname()} {gone.pid}\n")
     ran = []
-    monkeypatch.setattr(script, "_run", lambda args, cmd: ran.append(os.path.basename(cmd[cmd.index("--out") + 1])))
-    script.run_grid(args, runs)
+    monkeypatch.setattr(work_queue, "_run", lambda args, cmd: ran.append(os.path.basename(cmd[cmd.index("--out") + 1])))
+    work_queue.run_grid(args, runs)
     assert ran == [name for name, _ in runs if name != held]
     assert [p.name for p in out.glob(".*.lock")] == [f".{held}.lock"]  # ours are released when a run ends
 
@@ -133,26 +131,24 @@ def test_render_refuses_to_empty_a_report_whose_metrics_are_missing(tmp_path):
 
 @pytest.mark.parametrize("law", ["power", "exponential"])
 def test_ptb_projection_extrapolates_the_law_the_curve_follows(law):
-    script = _script()
     curve = {"power": lambda e: 110 + 150 * e ** -0.8, "exponential": lambda e: 118 + 300 * 0.6 ** e}[law]
     records = [{"epoch": e, "lr": 1.0, "valid": {"forward": curve(e)}} for e in range(1, 10)]
     records.append({"epoch": 10, "lr": 0.5, "valid": {"forward": 100.0}})  # after a halving: not part of the fit
-    (line,) = [x for x in script.ptb_projection(records) if x]
-    end = curve(script.PTB_EPOCHS)
-    assert f"about **{end:.0f}** by epoch {script.PTB_EPOCHS} ({law}" in line and "epochs 2-9" in line
+    (line,) = [x for x in ptb.ptb_projection(records) if x]
+    end = curve(ptb.PTB_EPOCHS)
+    assert f"about **{end:.0f}** by epoch {ptb.PTB_EPOCHS} ({law}" in line and "epochs 2-9" in line
     cuts = re.search(r"cut about (\d+)-(\d+)% from there", line).groups()
-    assert f"{100 * (1 - script.PTB_TARGET / end):.0f}" in cuts
-    assert script.ptb_projection(records[:4]) == []  # too few epochs at the first rate to fit three numbers
+    assert f"{100 * (1 - ptb.PTB_TARGET / end):.0f}" in cuts
+    assert ptb.ptb_projection(records[:4]) == []  # too few epochs at the first rate to fit three numbers
 
 
 def test_ptb_section_reports_the_test_set_once_the_run_is_finished(tmp_path, monkeypatch):
-    script = _script()
     current, earlier = tmp_path / "ordered.jsonl", tmp_path / "stream.jsonl"
     valid = {"forward": 120.0, "backward": 118.0, "average": 119.0, "tokens": 73760}
     test = {"forward": 95.04, "backward": 93.0, "average": 94.0, "tokens": 82430}
-    monkeypatch.setattr(script, "REPO", tmp_path)
-    monkeypatch.setattr(script, "PTB_EPOCHS", 3)
-    monkeypatch.setattr(script, "PTB_RUNS", [("in order", "in order", current, "cmd-ordered"), ("shuffled", "shuffled", earlier, "cmd-stream")])
+    monkeypatch.setattr(ptb, "REPO", tmp_path)
+    monkeypatch.setattr(ptb, "PTB_EPOCHS", 3)
+    monkeypatch.setattr(ptb, "PTB_RUNS", [("in order", "in order", current, "cmd-ordered"), ("shuffled", "shuffled", earlier, "cmd-stream")])
 
     def write(log, epochs, test_at=None):
         records = [{"epoch": e, "lr": 1.0, "next_lr": 1.0, "valid": valid, "wall_s": 3600.0 * e, "device": "cpu"}
@@ -164,7 +160,7 @@ def test_ptb_section_reports_the_test_set_once_the_run_is_finished(tmp_path, mon
 
     write(earlier, 3, test_at=3)
     write(current, 2, test_at=2)  # a shorter run's own test score (an ablation's) is not the benchmark's
-    text = "\n".join(script.ptb_section(script.ptb_logs()))
+    text = "\n".join(ptb.ptb_section(ptb.ptb_logs()))
     run1, run2 = (line for line in text.splitlines() if line.startswith("**Run "))
     assert "Not finished**: 2 of 3 epochs after 2.0 h on cpu" in run1
     assert ("forward **95.0**, backward **93.0**, average 94.0 (82,430 tokens); target missed. "
@@ -172,19 +168,19 @@ def test_ptb_section_reports_the_test_set_once_the_run_is_finished(tmp_path, mon
     assert "| 3 |  |  | 1 | 120.0 / 118.0 |" in text and "cmd-ordered" in text and "cmd-stream" in text
 
     records = write(current, 3, test_at=3)
-    assert "average 94.0 (82,430 tokens); target missed" in "\n".join(script.ptb_section(script.ptb_logs()))
-    records[-1]["test"]["forward"] = script.PTB_TARGET
+    assert "average 94.0 (82,430 tokens); target missed" in "\n".join(ptb.ptb_section(ptb.ptb_logs()))
+    records[-1]["test"]["forward"] = ptb.PTB_TARGET
     current.write_text("".join(json.dumps(r) + "\n" for r in records))
-    assert "; target met" in "\n".join(script.ptb_section(script.ptb_logs()))
+    assert "; target met" in "\n".join(ptb.ptb_section(ptb.ptb_logs()))
 
     records[1]["device"] = records[2]["device"] = "cuda"  # resumed on a GPU after epoch 1
     current.write_text("".join(json.dumps(r) + "\n" for r in records))
-    assert "Wall time 3.0 h on cpu (epoch 1), cuda (epochs 2-3)." in "\n".join(script.ptb_section(script.ptb_logs()))
+    assert "Wall time 3.0 h on cpu (epoch 1), cuda (epochs 2-3)." in "\n".join(ptb.ptb_section(ptb.ptb_logs()))
 
     records[-1]["valid_zero_state"] = {"forward": 140.04, "backward": 135.0, "average": 137.5, "tokens": 73760}
     current.write_text("".join(json.dumps(r) + "\n" for r in records))
     assert "Final validation 120.0 / 118.0 (every sentence from zero state: 140.0 / 135.0)." in "\n".join(
-        script.ptb_section(script.ptb_logs()))
+        ptb.ptb_section(ptb.ptb_logs()))
 
 
 def _write_grid_scores(out, ner_static, ner_elmo, wsd_layers, first_sense):
@@ -200,10 +196,9 @@ def _write_grid_scores(out, ner_static, ner_elmo, wsd_layers, first_sense):
 
 def test_bundled_model_targets_say_by_how_much_they_are_missed(tmp_path):
     """#25's bars: NER error reduction >= 10% in every seed, WSD layer 2 >= layer 1 and above first sense."""
-    script = _script()
-    args = script.parse_args(["--out", str(tmp_path / "r")])
+    args = cli.parse_args(["--out", str(tmp_path / "r")])
     rows = _write_grid_scores(args.out, [88.0, 88.2, 88.4], [89.5, 89.0, 88.3], [49.0, 60.5, 63.1], 65.2)
-    lines = script.bar_verdicts(args, script.load_metrics(args, []), rows, script.model_facts(args))
+    lines = verdicts.bar_verdicts(args, stats.load_metrics(args, []), rows, verdicts.model_facts(args))
     ner = next(x for x in lines if x.startswith("- NER: relative error reduction at least 10%"))
     # means 88.2 -> 88.93: 100 * 0.733 / 11.8 = 6.2%
     assert "**does not hold** (6.2%, 3.8 points short of the target; +0.73, ahead in 2 of 3 seeds)" in ner
@@ -212,7 +207,7 @@ def test_bundled_model_targets_say_by_how_much_they_are_missed(tmp_path):
     assert "**does not hold** (layer 2 63.1, layer 1 60.5, first sense 65.2: layer 2 2.1 under it)" in wsd
 
     rows = _write_grid_scores(args.out, [88.0, 88.2, 88.4], [90.0, 90.1, 89.9], [49.0, 66.0, 67.5], 65.2)
-    lines = script.bar_verdicts(args, script.load_metrics(args, []), rows, script.model_facts(args))
+    lines = verdicts.bar_verdicts(args, stats.load_metrics(args, []), rows, verdicts.model_facts(args))
     assert any(x.startswith("- NER: relative error reduction") and "**holds** (15.3%; +1.80, ahead in 3 of 3" in x
                for x in lines)
     assert any(x.startswith("- WSD probe: layer 2 at least") and "**holds**" in x and "2.3 above it" in x for x in lines)
