@@ -8,7 +8,7 @@ import sys
 from ..options import read_options
 from ..training.data import BATCHINGS
 from ..training.presets import PRESETS
-from ..training.settings import LR_DEFAULTS, OBJECTIVES, WEIGHT_INITS
+from ..training.settings import FINETUNE_DEFAULTS, LR_DEFAULTS, OBJECTIVES, WEIGHT_INITS
 from . import settings_from_args
 
 
@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "fine-tune only the LSTMs (a pattern that matches nothing is refused, with the names listed)")
     p.add_argument("--clip-norm", type=float, help="global gradient-norm clip (default 10)")
     p.add_argument("--lr", type=float, help="learning rate (default 0.2 for adagrad, 0.001 for adam, 1.0 for sgd; "
-                   "with --init-from 0.01, adagrad); with --resume, the new rate from there on")
+                   f"with --init-from {FINETUNE_DEFAULTS['lr']:g}, {FINETUNE_DEFAULTS['optimizer']}); with --resume, the new rate from there on")
     p.add_argument("--optimizer", choices=list(LR_DEFAULTS), help="default adagrad (initial accumulator 1.0)")
     soft = p.add_mutually_exclusive_group()
     soft.add_argument("--full-softmax", dest="sampled", action="store_const", const=False, help="exact softmax over the vocabulary")
