@@ -93,7 +93,7 @@ class Elmo(nn.Module):
                              "drop requires_grad=True or int8=True")
         if module is None:
             if options_file is None:
-                raise ValueError("Elmo needs options_file and weight_file, or module=")
+                raise InputError("Elmo needs options_file and weight_file, or module=")
             module = load_bilm(options_file, weight_file, stateful=stateful)
         self._elmo_lstm = module
         for p in self._elmo_lstm.parameters():
@@ -168,7 +168,7 @@ class Elmo(nn.Module):
         if not uncached.any():
             return vectors
         if char_ids.shape[:2] != word_ids.shape:
-            raise ValueError(f"word ids {tuple(word_ids.shape)} include words beyond the {cache.shape[0]} cached ones, "
+            raise InputError(f"word ids {tuple(word_ids.shape)} include words beyond the {cache.shape[0]} cached ones, "
                              f"which need their character ids, but the character ids have shape {tuple(char_ids.shape)}")
         return torch.where(uncached.unsqueeze(-1), self._elmo_lstm.token_vectors(char_ids, uncached), vectors)
 
@@ -182,7 +182,7 @@ class Elmo(nn.Module):
         misshapen key under strict=True) leaves every weight as it was, not half replaced."""
         for name, value in state_dict.items():
             if isinstance(value, torch.Tensor) and value.is_floating_point() and not torch.isfinite(value).all():
-                raise ValueError(f"state_dict['{name}'] holds NaN or infinite values; nothing was loaded")
+                raise InputError(f"state_dict['{name}'] holds NaN or infinite values; nothing was loaded")
         before = {k: v.detach().clone() for k, v in self._tensors().items()}
         try:
             return super().load_state_dict(state_dict, strict=strict, assign=assign)

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from .documents import check_context, line_documents
 from .embedder import LAYER_CHOICES, Embedder, check_batch_size, select_layers
-from .errors import InputError, OutputError
+from .errors import InputError, InputFileNotFound, OutputError
 from .fileio import check_file, check_not_input, hdf5_output, iter_lines, output_lock
 
 DTYPES = ("float32", "float16")
@@ -153,7 +153,7 @@ def check_output(output_file: str | os.PathLike, overwrite: bool, input_file: st
         raise InputError(f"{output_file}: already exists (pass --overwrite to replace it)")
     directory = os.path.dirname(os.path.abspath(output_file))
     if not os.path.isdir(directory):
-        raise InputError(f"{output_file}: the directory {directory} does not exist")
+        raise InputFileNotFound(f"{output_file}: the directory {directory} does not exist")
     check_writable_folder(output_file, directory)
     return output_file
 

@@ -264,6 +264,8 @@ def part_is_done(plan: Plan, block: int) -> bool:
     try:
         with open_hdf5(path, "part file of `elmo embed`", InputError) as f:  # nothing read from other files
             found = json.loads(f.attrs[PART_ATTR])
+    except ElmoError:
+        raise
     except (OSError, KeyError, ValueError, TypeError) as e:
         raise InputError(f"{path}: not a part file of `elmo embed` ({e}); remove it, or pass --overwrite "
                          "without --resume to start over") from None

@@ -17,7 +17,8 @@ from typing import Any
 
 import h5py
 
-from .errors import ElmoError, InputError, ModelFileError, OutputError
+from .errors import (ElmoError, InputError, InputFileNotFound, ModelFileError, ModelFileNotFound, OutputError,
+                     not_found_error)
 from .text_lines import MAX_LINE_BYTES, decode_line, invalid_utf8, iter_raw_lines  # noqa: F401  (one reader)
 
 
@@ -32,7 +33,7 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[str]:
         raise InputError(f"{path}: is a directory, expected a file path to write")
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
-        raise InputError(f"{path}: the directory {directory} does not exist")
+        raise InputFileNotFound(f"{path}: the directory {directory} does not exist")
     tmp = _create_beside(path, suffix, folder=False)
     try:
         yield tmp
@@ -69,7 +70,7 @@ def check_file(path: str | os.PathLike, what: str = "a text file", regular: bool
     if os.path.isdir(path):
         raise error(f"{path}: is a directory, expected {what}")
     if not os.path.exists(path):
-        raise error(f"{path}: {noun} not found")
+        raise not_found_error(error)(f"{path}: {noun} not found")
     if regular and not os.path.isfile(path):
         raise InputError(f"{path}: not a regular file (a pipe or a device can be read only once, and this command "
                          "reads its input more than once); save it to a file first")
@@ -92,7 +93,7 @@ def read_text(path: str | os.PathLike, what: str) -> str:
         with open(path, encoding="utf-8") as f:
             return f.read()
     except FileNotFoundError:
-        raise ModelFileError(f"{path}: {what} not found") from None
+        raise ModelFileNotFound(f"{path}: {what} not found") from None
     except IsADirectoryError:
         raise ModelFileError(f"{path}: is a directory, expected {what}") from None
     except UnicodeDecodeError as e:
@@ -295,7 +296,7 @@ def atomic_dir(path: str | os.PathLike, replace: tuple[str, ...] = ()) -> Iterat
     path = os.fspath(path).rstrip(os.sep) or os.sep
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
-        raise InputError(f"{path}: the directory {parent} does not exist")
+        raise InputFileNotFound(f"{path}: the directory {parent} does not exist")
     if os.path.exists(path) and not os.path.isdir(path):
         raise InputError(f"{path}: is a file, expected a folder to write")
     tmp = _create_beside(path, ".tmp", folder=True)

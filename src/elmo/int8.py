@@ -32,7 +32,7 @@ from .errors import ElmoError
 ACTIVATION_LEVELS = 63  # |q| <= 63 per row; with the pinning row the tensor spans [-64, 63] (7 bits)
 
 
-class Int8Unavailable(ElmoError):
+class Int8Unavailable(ElmoError, RuntimeError):
     """This CPU or torch build has no int8 kernel we trust: int8 refuses rather than running float32."""
 
 
@@ -72,6 +72,8 @@ def check_kernel() -> None:
         pinned = _pinned(*rows.shape)
         pinned[:-1] = rows
         got = Int8Linear(weight.t())._product(pinned)
+    except ElmoError:
+        raise
     except RuntimeError as e:
         raise Int8Unavailable(f"torch's int8 kernel failed on this CPU ({e}); run without --int8") from e
     exact = rows.double() @ weight.double().t()

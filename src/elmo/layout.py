@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ModelFileError
+from .errors import ModelFileError, ModelFileNotFound
 
 # A model directory in the original format (doc section 3); vocab and softmax only for LM scoring.
 OPTIONS_NAME = "options.json"
@@ -46,7 +46,7 @@ class ModelFiles:
         d = Path(directory)
         for name in (OPTIONS_NAME, WEIGHTS_NAME):
             if not (d / name).is_file():
-                raise ModelFileError(f"{d}: a model directory needs {OPTIONS_NAME} and {WEIGHTS_NAME}; {name} is missing")
+                raise ModelFileNotFound(f"{d}: a model directory needs {OPTIONS_NAME} and {WEIGHTS_NAME}; {name} is missing")
         optional = [d / n if (d / n).is_file() else None for n in (VOCAB_NAME, SOFTMAX_NAME)]
         return cls(d / OPTIONS_NAME, d / WEIGHTS_NAME, *optional)
 

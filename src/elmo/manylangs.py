@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from .bilm import BiLM
-from .errors import ModelFileError
+from .errors import ModelFileError, ModelFileNotFound
 from .fileio import read_json, read_text
 from .layout import CHAR_DIC, ENCODER_PKL, TOKEN_EMBEDDER_PKL, WORD_DIC
 from .layout import MANYLANGS_CONFIG as CONFIG_NAME
@@ -231,7 +231,7 @@ def load_manylangs(directory: str | os.PathLike, stateful: bool = False) -> BiLM
     d = Path(directory)
     for name in (CONFIG_NAME, TOKEN_EMBEDDER_PKL, ENCODER_PKL):
         if not (d / name).is_file():
-            raise ModelFileError(f"{d / name}: missing; an ELMoForManyLangs model directory holds {CONFIG_NAME}, "
+            raise ModelFileNotFound(f"{d / name}: missing; an ELMoForManyLangs model directory holds {CONFIG_NAME}, "
                                  f"{CHAR_DIC} and/or {WORD_DIC}, {TOKEN_EMBEDDER_PKL} and {ENCODER_PKL}")
     arch, source = read_architecture(d)
     te = config_section(arch, "token_embedder", source)

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from .errors import InputError
+
 
 class ScalarMix(nn.Module):
     """A learned, softmax-normalised weighting of N same-shaped tensors, times a scale gamma.
@@ -26,7 +28,7 @@ class ScalarMix(nn.Module):
         if initial_scalar_parameters is None:
             initial_scalar_parameters = [0.0] * mixture_size
         if len(initial_scalar_parameters) != mixture_size:
-            raise ValueError(
+            raise InputError(
                 f"initial_scalar_parameters has {len(initial_scalar_parameters)} values, expected {mixture_size}"
             )
         self.mixture_size = mixture_size
@@ -46,12 +48,12 @@ class ScalarMix(nn.Module):
 
     def forward(self, tensors: Sequence[torch.Tensor], mask: torch.Tensor | None = None) -> torch.Tensor:
         if len(tensors) != self.mixture_size:
-            raise ValueError(f"ScalarMix expects {self.mixture_size} tensors, found {len(tensors)}")
+            raise InputError(f"ScalarMix expects {self.mixture_size} tensors, found {len(tensors)}")
         s = self.weights()
         if not self.do_layer_norm:
             return self.gamma * sum(w * t for w, t in zip(s, tensors))
         if mask is None:
-            raise ValueError("ScalarMix with do_layer_norm=True needs the mask")
+            raise InputError("ScalarMix with do_layer_norm=True needs the mask")
         m = mask.unsqueeze(-1).to(tensors[0].dtype)
         count = m.sum() * tensors[0].shape[-1]
         mixed = []

@@ -10,7 +10,7 @@ import torch
 
 from .bilm import BiLM
 from .chars import N_CODES
-from .errors import ModelFileError
+from .errors import ElmoError, ModelFileError
 from .fileio import atomic_path, check_file
 from .fingerprints import model_fingerprint  # noqa: F401  (its old home, kept for imports)
 from .hdf5_files import open_hdf5
@@ -73,6 +73,8 @@ def load_bilm(options_file: str | os.PathLike | BiLMConfig, weight_file: str | o
     try:
         with _open_hdf5(path) as f:
             return _read_weights(f, path, config, stateful)
+    except ElmoError:  # already names the file and what is wrong
+        raise
     except (OSError, RuntimeError, KeyError, ValueError, TypeError) as e:  # h5py's errors for damaged structure
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
         raise ModelFileError(f"{path}: a damaged HDF5 weight file ({type(e).__name__}: {reason})") from None

@@ -10,7 +10,7 @@ import torch
 
 from ..devices import check_device
 from ..documents import CONTEXTS
-from ..errors import InputError
+from ..errors import InputError, InputFileNotFound
 from ..fileio import check_not_input
 from . import add_model_flags, settings_from_args
 
@@ -146,7 +146,7 @@ def run_train(args) -> int:
     check_device(args.device, "--device")
     static = None if args.static in (None, "none") else args.static
     if static and not os.path.isfile(static):
-        raise InputError(f"{static}: static vectors not found (train them with `elmo static train`)")
+        raise InputFileNotFound(f"{static}: static vectors not found (train them with `elmo static train`)")
     opts = settings_from_args(TrainOptions, args, elmo=_elmo_spec(args, True), static=static)
     _write(args, run_task(opts))
     return 0

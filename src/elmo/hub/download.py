@@ -29,7 +29,7 @@ import urllib3
 from filelock import FileLock, Timeout
 from tqdm import tqdm
 
-from ..errors import DownloadError, ModelFileError
+from ..errors import DownloadError, ElmoError, ModelFileError
 from ..fileio import atomic_path, hash_file
 from .archives import ARCHIVE_SUFFIXES, extract_archive
 from .cache import CacheEntry
@@ -87,6 +87,8 @@ def download(url: str, part: Path, expected: RemoteFile | None = None, timeout: 
             _save_resume_state(part, response, total)
             digest = hash_file(part) if offset else hashlib.sha256()
             got = _stream(response, part, offset, total, digest, url)
+    except ElmoError:  # a DownloadError (an OSError) from the checks above, already saying what went wrong
+        raise
     except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as e:
         raise DownloadError(url, _network_reason(e, seconds, part)) from None
     if total is not None and got != total:

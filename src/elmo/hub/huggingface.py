@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
-from ..errors import DownloadError, ModelFileError, OfflineError
+from ..errors import DownloadError, ModelFileError, ModelFileNotFound, OfflineError
 
 SCHEME = "hf://"
 MODEL_FILES = ("options.json", "weights.hdf5")
@@ -92,7 +92,7 @@ def _download(ref: HubReference, filename: str) -> Path:
     except errors.RevisionNotFoundError as e:
         raise DownloadError(str(ref), f"repository {ref.repo_id} has no revision {ref.revision!r}") from e
     except errors.EntryNotFoundError as e:
-        raise ModelFileError(f"{ref}: repository {ref.repo_id} has no file {filename} at revision "
+        raise ModelFileNotFound(f"{ref}: repository {ref.repo_id} has no file {filename} at revision "
                              f"{ref.revision or 'main'} (a model folder holds {' + '.join(MODEL_FILES)})") from e
     except errors.HFValidationError as e:
         raise ModelFileError(f"{ref}: not a valid repository id or revision ({e})") from e

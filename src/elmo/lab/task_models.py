@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError, ModelFileError
+from ..errors import InputError, InputFileNotFound, ModelFileError
 from ..tasks.predict import load_tagger, load_task_model
 
 
@@ -79,7 +79,7 @@ def load_preset(name: str, path: str | os.PathLike) -> MixPreset:
     task model."""
     p = Path(path)
     if not p.exists():
-        raise InputError(f"--preset {name}={path}: no such file or folder")
+        raise InputFileNotFound(f"--preset {name}={path}: no such file or folder")
     files = sorted(p.glob("*.json")) if p.is_dir() else [p]
     for f in files:
         try:

@@ -13,6 +13,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import InputError
+
 
 @dataclass(frozen=True)
 class Benchmark:
@@ -108,16 +110,16 @@ def read_seed_run(path: str | Path) -> SeedRun:
         metric = data["metric"]
         return SeedRun(path, int(data["seed"]), metric, {split: float(data[split][metric]) for split in SPLITS})
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"{path}: not a task metrics file with seed, metric and dev/test scores ({e})") from None
+        raise InputError(f"{path}: not a task metrics file with seed, metric and dev/test scores ({e})") from None
 
 
 def pair_by_seed(a: list[SeedRun], b: list[SeedRun]) -> list[tuple[SeedRun, SeedRun]]:
     """Two arms' runs matched by seed; each arm must hold the same seeds, once each, and one metric."""
     seeds_a, seeds_b = sorted(r.seed for r in a), sorted(r.seed for r in b)
     if seeds_a != seeds_b or len(set(seeds_a)) != len(seeds_a):
-        raise ValueError(f"the arms must hold each seed once and the same seeds: {seeds_a} against {seeds_b}")
+        raise InputError(f"the arms must hold each seed once and the same seeds: {seeds_a} against {seeds_b}")
     if len({r.metric for r in a + b}) != 1:
-        raise ValueError(f"the runs score different metrics: {sorted({r.metric for r in a + b})}")
+        raise InputError(f"the runs score different metrics: {sorted({r.metric for r in a + b})}")
     by_seed = {r.seed: r for r in b}
     return [(r, by_seed[r.seed]) for r in sorted(a, key=lambda r: r.seed)]
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..errors import InputError, ModelFileError
+from ..errors import ElmoError, InputError, ModelFileError
 from .data import make_batch
 from .features import ElmoSpec, bilm_token
 from .model_file import read_task_model
@@ -114,6 +114,8 @@ def _build_checked(path: str, config, state_dict: dict) -> torch.nn.Module:
     with torch.device("meta"):
         try:
             shapes = {k: tuple(v.shape) for k, v in build_model(config).state_dict().items()}
+        except ElmoError:
+            raise
         except (ValueError, RuntimeError) as e:
             raise ModelFileError(f"{path}: its 'config' describes no model ({e})") from None
     found = {k: tuple(v.shape) for k, v in state_dict.items()}

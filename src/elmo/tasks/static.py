@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from ..errors import InputError
+from ..errors import InputError, InputFileNotFound
 from ..fileio import atomic_path, check_file, iter_lines
 
 
@@ -79,7 +79,7 @@ def load_vectors(path: str | os.PathLike):
     KeyedVectors, _ = _gensim()
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise InputError(f"{path}: static vectors not found (train them with `elmo static train`)")
+        raise InputFileNotFound(f"{path}: static vectors not found (train them with `elmo static train`)")
     binary = not path.endswith((".txt", ".vec", ".txt.gz", ".vec.gz"))
     try:
         return KeyedVectors.load_word2vec_format(path, binary=binary)

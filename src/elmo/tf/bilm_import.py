@@ -19,7 +19,7 @@ import h5py
 import numpy as np
 
 from elmo.chars import N_CODES
-from elmo.errors import ModelFileError
+from elmo.errors import ModelFileError, ModelFileNotFound
 from elmo.fileio import atomic_dir, check_not_input
 from elmo.layout import OPTIONS_NAME, SOFTMAX_NAME, VOCAB_NAME, WEIGHTS_NAME
 from elmo.tf.checkpoint import TFCheckpoint, latest_checkpoint
@@ -63,7 +63,7 @@ def find_bilm_checkpoint(reference: str | os.PathLike, options: str | os.PathLik
     prefix = latest_checkpoint(path) if path.is_dir() else TFCheckpoint(path).prefix  # or the reason it is none
     options_file = Path(options) if options else prefix.parent / OPTIONS_NAME
     if not options_file.is_file():
-        raise ModelFileError(f"{options_file}: not found; a bilm-tf checkpoint needs the options.json it was trained "
+        raise ModelFileNotFound(f"{options_file}: not found; a bilm-tf checkpoint needs the options.json it was trained "
                              f"with (bilm-tf writes it to the run directory; pass --options)")
     beside = prefix.parent / "vocab.txt"
     vocab_file = Path(vocab) if vocab else beside if beside.is_file() else None

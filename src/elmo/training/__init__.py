@@ -9,5 +9,5 @@ run.json), checkpoint, distributed, trainer (the loop), export, perplexity.
 from ..errors import ElmoError
 
 
-class TrainingError(ElmoError):
+class TrainingError(ElmoError, RuntimeError):
     """Training cannot go on (e.g. the loss became NaN); the message says where and what is kept."""

@@ -16,6 +16,7 @@ import sys
 
 import torch
 
+from ..errors import InputError
 from ..models import TrainingRun, resolve
 from .data import DocumentBatcher, DocumentSource, SentenceBatcher, SentenceSource, StreamBatcher, expand_corpus
 from .export import load_model_dir, load_run
@@ -39,7 +40,7 @@ def load_for_scoring(model: str | os.PathLike, vocab_file: str | os.PathLike | N
 def perplexity(model: LanguageModel, vocab: Vocab, test: list[str] | str, mode: str = "stream", batch_size: int = 128,
                unroll: int = 20, device: str | torch.device = "cpu", progress: bool = False) -> dict:
     if mode not in PERPLEXITY_MODES:
-        raise ValueError(f"mode must be one of {PERPLEXITY_MODES}, found {mode!r}")
+        raise InputError(f"mode must be one of {PERPLEXITY_MODES}, found {mode!r}")
     model = model.to(device).eval()
     files = expand_corpus(test)
     streaming = mode != "sentence"

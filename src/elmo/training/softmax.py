@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import ModelFileError
+from ..errors import ElmoError, ModelFileError, ModelFileNotFound
 from ..fileio import atomic_path
 from ..hdf5_files import open_hdf5
 from ..layout import SOFTMAX_NAME  # noqa: F401  (its old home, kept for imports)
@@ -201,7 +201,7 @@ def load_softmax(path: str | os.PathLike, vocab_size: int, dim: int) -> Softmax:
     """Read softmax.hdf5 and check its shape against the vocabulary and the model's projection size."""
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise ModelFileError(f"{path}: softmax file not found")
+        raise ModelFileNotFound(f"{path}: softmax file not found")
     f = open_hdf5(path, "softmax file")  # refuses external links, external storage and virtual datasets
     try:
         with f:
@@ -216,6 +216,8 @@ def load_softmax(path: str | os.PathLike, vocab_size: int, dim: int) -> Softmax:
                     f"({vocab_size},) for this vocabulary and model; is it the vocab.txt the model was trained with?"
                 )
             w, b = f["W"][...], f["b"][...]
+    except ElmoError:  # already names the file and what is wrong
+        raise
     except (OSError, RuntimeError, KeyError, ValueError, TypeError) as e:  # h5py's errors for damaged structure
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
         raise ModelFileError(f"{path}: a damaged HDF5 softmax file ({type(e).__name__}: {reason})") from None

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from ..chars import BOS_TOKEN, EOS_TOKEN
-from ..errors import InputError, ModelFileError
+from ..errors import InputError, ModelFileError, ModelFileNotFound
 from ..fileio import atomic_path, iter_lines
 from ..layout import VOCAB_NAME  # noqa: F401  (its old home, kept for imports)
 from .data import expand_corpus, read_sentences
@@ -89,7 +89,7 @@ class Vocab:
         """Read one token per line (stripped; `!!!MAXTERMID` skipped); blank or repeated lines are errors."""
         path = os.fspath(path)
         if not os.path.isfile(path):
-            raise ModelFileError(f"{path}: vocabulary file not found")
+            raise ModelFileNotFound(f"{path}: vocabulary file not found")
         tokens: list[str] = []
         seen: dict[str, int] = {}
         for number, line in iter_lines(path):
