@@ -37,8 +37,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache-dir", help="where the embedded reference set is cached (default: ~/.cache/elmo/lab)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8765, help="port (default: 8765; 0 picks a free one)")
+    p.add_argument("--max-connections", type=positive, default=256, metavar="N",
+                   help="open connections at once, kept below the open-file limit (default: 256)")
+    p.add_argument("--header-timeout", type=float, default=10.0, metavar="S",
+                   help="seconds for a request's headers to arrive before the connection is closed (default: 10)")
     p.add_argument("--no-browser", action="store_true", help="only print the URL")
     p.set_defaults(func=run)
+
+
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, found {text!r}")
+    return int(text)
 
 
 def parse_presets(items: list[str]) -> list[tuple[str, str]]:
@@ -72,14 +82,15 @@ def can_show_browser() -> bool:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        import uvicorn
-
         from ..lab.app import LOOPBACK, create_app
+        from ..lab.server import ServerLimits, serve
     except ImportError as e:
         raise InputError(f"elmo lab needs its web extra ({e.name} is missing): pip install 'elmo-bilm[lab]'") from e
     from ..lab import LabModels, ReferenceSpec, build_reference
     from ..lab.corpora import find_data_dir
 
+    if not 0 < args.header_timeout <= 3600:
+        raise InputError(f"--header-timeout {args.header_timeout:g}: must be above 0 and at most 3600 seconds")
     data = find_data_dir(args.data)
     if args.data and data is None:
         raise InputError(f"--data {args.data}: not a folder")
@@ -97,6 +108,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"elmo lab: {lab.name} at {url}  (Ctrl+C to stop)", flush=True)
     if not args.no_browser and can_show_browser():
         threading.Timer(1.0, webbrowser.open, args=(url,)).start()
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-    server.run(sockets=[sock])
+    serve(app, sock, ServerLimits(args.header_timeout, args.max_connections))
     return 0

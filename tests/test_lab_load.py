@@ -1,0 +1,108 @@
+"""The lab under load, against a real server on 127.0.0.1: slow headers are cut off, slow connections
+make room for quick ones (#56 item 11). No test asserts a duration.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+
+import pytest
+from test_lab_support import fixture_files, need_module
+
+from elmo.cli.lab import SIZES
+from elmo.lab import LabModels, ReferenceSpec, build_reference
+from elmo.lab.inputs import Limits
+
+need_module("starlette")
+need_module("uvicorn")
+from elmo.lab.app import create_app  # noqa: E402
+from elmo.lab.server import ServerLimits, make_server  # noqa: E402
+
+PATIENCE = 60.0  # seconds to wait for a state the test expects: a hang fails, a slow machine does not
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    options, weights = fixture_files()
+    models = LabModels.load(options=str(options), weights=str(weights))
+    ref = build_reference(models.bilm, None, ReferenceSpec(*SIZES["small"]), tmp_path_factory.mktemp("ref"),
+                          log=lambda m: None)
+    return models, ref
+
+
+class Server:
+    """create_app + make_server on a free port, in a thread."""
+
+    def __init__(self, app, limits: ServerLimits = ServerLimits()):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.server = make_server(app, limits)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.thread.start()
+        wait_until(lambda: self.server.started)
+
+    def request(self, method: str, path: str, body: dict | None = None, host: str | None = None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=PATIENCE)
+        headers = {"Host": host or f"127.0.0.1:{self.port}"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        conn.request(method, path, json.dumps(body) if body is not None else None, headers)
+        r = conn.getresponse()
+        return r.status, dict(r.getheaders()), r.read()
+
+    def load(self) -> dict:
+        return json.loads(self.request("GET", "/api/load")[2])
+
+    def start_post(self, path: str) -> socket.socket:
+        """Send a POST and leave its answer unread (the caller may hang up)."""
+        body = b'{"sentence": "The cat sat ."}'
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=PATIENCE)
+        s.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        return s
+
+    def close(self):
+        self.server.should_exit = True
+        self.thread.join(PATIENCE)
+
+
+def wait_until(condition, what: str = "the expected state"):
+    deadline = time.monotonic() + PATIENCE
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_slow_headers_are_cut_off_and_the_rest_served(lab):
+    server = Server(create_app(*lab), ServerLimits(header_seconds=0.5, max_connections=64))
+    try:
+        slow = socket.create_connection(("127.0.0.1", server.port), timeout=PATIENCE)
+        slow.sendall(b"GET /api/info HTTP/1.1\r\nHo")  # and nothing more
+        answer = slow.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 408") and slow.recv(4096) == b""  # closed after the 408
+        silent = socket.create_connection(("127.0.0.1", server.port), timeout=PATIENCE)
+        assert silent.recv(4096) == b""  # connected, sent nothing: closed without a word
+        assert server.request("GET", "/api/info")[0] == 200
+    finally:
+        server.close()
+
+
+def test_at_the_connection_cap_the_slowest_connection_makes_room(lab):
+    server = Server(create_app(*lab), ServerLimits(header_seconds=600, max_connections=4))
+    try:
+        slow = []
+        for _ in range(4):
+            s = socket.create_connection(("127.0.0.1", server.port), timeout=PATIENCE)
+            s.sendall(b"GET / HTTP/1.1\r\nX-Slow: 1")
+            slow.append(s)
+            time.sleep(0.05)  # an order of arrival, so that the first is the one evicted
+        assert server.request("GET", "/api/info")[0] == 200  # the fifth connection got in
+        assert slow[0].recv(4096) == b""  # the longest waiting was closed to make room
+    finally:
+        server.close()
