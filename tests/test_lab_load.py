@@ -1,5 +1,9 @@
-"""The lab under load, against a real server on 127.0.0.1: slow headers are cut off, slow connections
-make room for quick ones (#56 item 11). No test asserts a duration.
+"""The lab under load, against a real server on 127.0.0.1: a full lab answers 503 with Retry-After,
+work of a client that hangs up is dropped or stopped, slow headers are cut off and slow connections make
+room for quick ones (#56 item 11).
+
+A stand-in panel that waits for the test's signal keeps computations running as long as a test needs
+(it checks for cancellation the way the model's layers do); no test asserts a duration.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from elmo.lab.inputs import Limits
 
 need_module("starlette")
 need_module("uvicorn")
+from elmo.lab import panels_tasks  # noqa: E402
+from elmo.lab.admission import WorkCancelled, _run_with_flag, check_cancelled  # noqa: E402
 from elmo.lab.app import create_app  # noqa: E402
 from elmo.lab.server import ServerLimits, make_server  # noqa: E402
 
@@ -32,6 +38,20 @@ def lab(tmp_path_factory):
     ref = build_reference(models.bilm, None, ReferenceSpec(*SIZES["small"]), tmp_path_factory.mktemp("ref"),
                           log=lambda m: None)
     return models, ref
+
+
+class Gate:
+    """A panel that computes nothing until released, checking for cancellation meanwhile."""
+
+    def __init__(self):
+        self.release = threading.Event()
+        self.started = 0
+
+    def __call__(self, lab, ref, payload, limits):
+        self.started += 1
+        while not self.release.wait(0.01):
+            check_cancelled()
+        return {"done": True}
 
 
 class Server:
@@ -77,6 +97,69 @@ def wait_until(condition, what: str = "the expected state"):
     while not condition():
         assert time.monotonic() < deadline, f"gave up waiting for {what}"
         time.sleep(0.02)
+
+
+def read_answer(s: socket.socket) -> bytes:
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+        if b"\r\n\r\n" in data and b'"done"' in data:
+            break
+    return data
+
+
+@pytest.fixture
+def gated(lab, monkeypatch):
+    gate = Gate()
+    monkeypatch.setattr(panels_tasks, "tag", gate)
+    server = Server(create_app(*lab, Limits(max_running=1, max_waiting=1)))
+    yield server, gate
+    gate.release.set()
+    server.close()
+
+
+def test_a_full_lab_answers_503_with_retry_after_and_light_requests_still_pass(gated):
+    server, gate = gated
+    first = server.start_post("/api/tag")
+    wait_until(lambda: server.load()["running"] == 1, "the first computation to run")
+    second = server.start_post("/api/tag")
+    wait_until(lambda: server.load()["waiting"] == 1, "the second to wait")
+    status, headers, body = server.request("POST", "/api/tag", {"sentence": "The cat sat ."})
+    assert status == 503 and int(headers["retry-after"]) >= 1
+    assert "the lab is busy: 1 computations running and 1 waiting" in json.loads(body)["error"]
+    assert server.request("GET", "/api/info")[0] == 200  # light requests are not admitted, never refused
+    assert server.request("GET", "/")[0] == 200
+    gate.release.set()
+    assert b"200 OK" in read_answer(first) and b"200 OK" in read_answer(second)
+    load = server.load()
+    assert (load["served"], load["refused"], load["running"], load["waiting"]) == (2, 1, 0, 0)
+
+
+def test_work_of_a_client_that_hangs_up_is_dropped_or_stopped(gated, lab):
+    server, gate = gated
+    running = server.start_post("/api/tag")
+    wait_until(lambda: server.load()["running"] == 1, "the computation to run")
+    waiting = server.start_post("/api/tag")
+    wait_until(lambda: server.load()["waiting"] == 1, "the second to wait")
+    waiting.close()  # hangs up while in line: its work never starts
+    wait_until(lambda: server.load()["dropped_waiting"] == 1, "the waiting request to be dropped")
+    running.close()  # hangs up while its work runs: stopped at the next check, its slot freed
+    wait_until(lambda: server.load()["stopped_running"] == 1 and server.load()["running"] == 0, "the stop")
+    assert gate.started == 1
+    status, _, body = server.request("POST", "/api/directions", {"sentence": "The cat sat ."})
+    assert status == 200 and json.loads(body)["available"] is False  # the real model runs again at once
+
+
+def test_the_models_layers_stop_a_cancelled_computation(lab):
+    """The check the server relies on: every module of the biLM checks the flag before its forward."""
+    models, ref = lab
+    create_app(models, ref)  # installs the checks
+    stop, go = threading.Event(), threading.Event()
+    stop.set()
+    with pytest.raises(WorkCancelled):
+        _run_with_flag(stop, lambda: models.embed([["The", "cat"]]))
+    assert _run_with_flag(go, lambda: models.embed([["The", "cat"]]))[0].shape[1] == 2
+    assert models.embed([["The", "cat"]])[0].shape[1] == 2  # outside a request nothing is checked
 
 
 def test_slow_headers_are_cut_off_and_the_rest_served(lab):

@@ -37,6 +37,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache-dir", help="where the embedded reference set is cached (default: ~/.cache/elmo/lab)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8765, help="port (default: 8765; 0 picks a free one)")
+    p.add_argument("--max-running", type=positive, default=2, metavar="N",
+                   help="model computations at once (default: 2)")
+    p.add_argument("--max-waiting", type=non_negative, default=8, metavar="N",
+                   help="computations waiting for a free one; beyond that a request gets 503 + Retry-After "
+                   "(default: 8)")
     p.add_argument("--max-connections", type=positive, default=256, metavar="N",
                    help="open connections at once, kept below the open-file limit (default: 256)")
     p.add_argument("--header-timeout", type=float, default=10.0, metavar="S",
@@ -48,6 +53,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, found {text!r}")
+    return int(text)
+
+
+def non_negative(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, found {text!r}")
     return int(text)
 
 
@@ -88,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"elmo lab needs its web extra ({e.name} is missing): pip install 'elmo-bilm[lab]'") from e
     from ..lab import LabModels, ReferenceSpec, build_reference
     from ..lab.corpora import find_data_dir
+    from ..lab.inputs import Limits
 
     if not 0 < args.header_timeout <= 3600:
         raise InputError(f"--header-timeout {args.header_timeout:g}: must be above 0 and at most 3600 seconds")
@@ -101,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
     ref = build_reference(lab.bilm, data, ReferenceSpec(wiki, pos, per_sense), args.cache_dir)
     # Requests must name this server; bound to every address, any name may be this machine's.
     hosts = None if args.host in ("0.0.0.0", "::", "") else (*LOOPBACK, args.host.strip("[]").lower())
-    app = create_app(lab, ref, allowed_hosts=hosts)
+    limits = Limits(max_running=args.max_running, max_waiting=args.max_waiting)
+    app = create_app(lab, ref, limits, allowed_hosts=hosts)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/"

@@ -1,8 +1,9 @@
 """The lab's web app (Starlette): the page, its static files, and one JSON endpoint per panel.
 
 The model and the reference set are loaded before the app is made and only read afterwards, so
-requests share nothing else. Model work runs in a worker thread, never on the event loop. Every
-error is JSON, `{"error": "..."}`, with a 4xx status for bad input.
+requests share nothing else. Model work runs in a worker thread, never on the event loop, admitted by
+`Admission` (a bounded number run and wait; more get 503 with Retry-After; a client that hangs up has
+its work dropped or stopped). Every error is JSON, `{"error": "..."}`, with a 4xx status for bad input.
 """
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ from dataclasses import asdict
 from pathlib import Path
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse
+from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..errors import ElmoError
 from . import panels_tasks, panels_words
+from .admission import Admission, ClientGone, LabBusy, install_checkpoints, wait_for_disconnect
 from .examples import AMBIGUOUS
 from .inputs import LabInputError, Limits
 from .lab_models import LabModels
@@ -114,10 +115,12 @@ def security_headers(app):
 
 
 def create_app(lab: LabModels, ref: ReferenceSet, limits: Limits = Limits(),
-               allowed_hosts: Collection[str] | None = LOOPBACK):
+               allowed_hosts: Collection[str] | None = LOOPBACK, admission: Admission | None = None):
     """The ASGI app serving `lab` with neighbours from `ref`, to requests naming one of `allowed_hosts`
-    (None: any)."""
+    (None: any), its model work admitted by `admission` (default: from `limits`)."""
     views = layer_views(ref)
+    admission = admission or Admission(limits.max_running, limits.max_waiting)
+    install_checkpoints(lab.bilm)
     info = {**lab.info(), "examples": AMBIGUOUS, "limits": asdict(limits),
             "reference": {"tokens": ref.size, "sentences": len(ref.sources),
                           "sources": sorted(set(ref.sources.tolist())),
@@ -126,7 +129,9 @@ def create_app(lab: LabModels, ref: ReferenceSet, limits: Limits = Limits(),
     def post(fn):
         async def endpoint(request: Request) -> JSONResponse:
             payload = await read_json(request, limits)
-            return JSONResponse(await run_in_threadpool(fn, lab, ref, payload, limits))
+            result = await admission.run(lambda: fn(lab, ref, payload, limits),
+                                         lambda: wait_for_disconnect(request.receive))
+            return JSONResponse(result)
         return endpoint
 
     async def index(request: Request) -> FileResponse:
@@ -140,6 +145,15 @@ def create_app(lab: LabModels, ref: ReferenceSet, limits: Limits = Limits(),
 
     async def get_results(request: Request) -> JSONResponse:
         return JSONResponse(panels_tasks.results(lab, ref, {}, limits))
+
+    async def get_load(request: Request) -> JSONResponse:
+        return JSONResponse(admission.snapshot())
+
+    async def busy(request: Request, exc: LabBusy) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=503, headers={"retry-after": str(exc.retry_after)})
+
+    async def client_gone(request: Request, exc: ClientGone) -> Response:
+        return Response(status_code=499)  # nginx's "client closed request": nobody reads it
 
     async def input_error(request: Request, exc: LabInputError) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=exc.status)
@@ -165,8 +179,10 @@ def create_app(lab: LabModels, ref: ReferenceSet, limits: Limits = Limits(),
         Route("/api/layers", get_layers),
         Route("/api/directions", post(panels_tasks.directions), methods=["POST"]),
         Route("/api/results", get_results),
+        Route("/api/load", get_load),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={
-        LabInputError: input_error, HTTPException: http_error, ElmoError: model_error, Exception: internal_error})
+        LabInputError: input_error, LabBusy: busy, ClientGone: client_gone, HTTPException: http_error,
+        ElmoError: model_error, Exception: internal_error})
     return security_headers(check_host(app, allowed_hosts))

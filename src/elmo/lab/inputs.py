@@ -28,6 +28,8 @@ class Limits:
     max_chars: int = 600  # per sentence, before tokenizing
     max_sentences: int = 8
     body_seconds: float = 10.0  # for a request body to arrive once its headers have
+    max_running: int = 2  # model computations at once (`elmo lab --max-running`)
+    max_waiting: int = 8  # computations waiting for one of those; more get 503 (`--max-waiting`)
 
 
 # Words (with inner apostrophes, hyphens or dots: "don't", "well-known", "U.S") or single symbols.
