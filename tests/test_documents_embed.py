@@ -19,8 +19,8 @@ from conftest import subprocess_env
 from elmo import Embedder
 from elmo import documents as documents_module
 from elmo.cli import main as cli_main
+from elmo.embed_corpus import make_plan, write_parts
 from elmo.embed_file import OutputSpec
-from elmo.embed_parallel import make_plan, write_parts
 from elmo.errors import InputError
 from elmo.int8 import Int8Unavailable
 from elmo.models import resolve

@@ -902,8 +902,8 @@ def test_a_second_run_on_a_live_output_refuses_naming_its_process(tmp_path, caps
 
 @pytest.mark.parametrize("stateful", [False, True])
 def test_an_input_edited_during_the_run_is_refused_and_nothing_written(tmp_path, monkeypatch, stateful):
+    import elmo.embed_corpus as parallel
     import elmo.embed_file as embed_file_module
-    import elmo.embed_parallel as parallel
     from elmo.cli import build_parser
     from elmo.cli.embed import run
     from elmo.errors import InputError

@@ -2,7 +2,7 @@
 
 `OutputSpec` says what one line's dataset holds (layers, pooling, dtype, compression); it is shared by
 the direct writer here (library, `ElmoEmbedder.embed_file`, `--stateful`) and the part files of
-`embed_parallel`, so both produce the same datasets.
+`embed_corpus`, so both produce the same datasets.
 """
 
 from __future__ import annotations

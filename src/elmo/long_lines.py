@@ -48,7 +48,8 @@ def windows_of(steps: int, window: int) -> list[tuple[int, int]]:
     return list(zip(cuts, cuts[1:]))
 
 
-def _run(stack: LstmStack, x: torch.Tensor, states: list[LstmState] | None) -> tuple[list[torch.Tensor], list[LstmState]]:
+def _run(stack: LstmStack, x: torch.Tensor,
+         states: list[LstmState] | None) -> tuple[list[torch.Tensor], list[LstmState]]:
     """One piece of steps (T, P) through a direction's stack from `states` -> per-layer outputs (T, P), final states."""
     outputs, finals = stack(x.unsqueeze(0), torch.tensor([x.shape[0]], device=x.device), states)
     return [o[0] for o in outputs], finals

@@ -9,7 +9,7 @@ import sys
 from ..devices import check_device, rank_device
 from ..documents import CONTEXTS
 from ..embed_file import COMPRESSIONS, DTYPES, POOLS, OutputSpec, check_input, check_output, embed_file, parse_layers
-from ..embed_parallel import Ranks, embed_corpus
+from ..embed_corpus import Ranks, embed_corpus
 from ..embedder import Embedder, check_batch_size, check_int8_choice
 from ..errors import InputError
 from ..fileio import check_not_input
