@@ -278,7 +278,7 @@ def test_only_json_is_taken_and_only_for_this_host(client):
     assert r.status_code == 415 and "must be sent as application/json, found text/plain" in r.json()["error"]
     for host in ("evil.example", "evil.example:8765", "127.0.0.1.evil.example"):
         r = client.get("/api/info", headers={"host": host})
-        assert r.status_code == 400 and f"Host {host!r} is not this lab" in r.json()["error"]
+        assert r.status_code == 403 and f"Host {host!r} is not this lab" in r.json()["error"]
     for host in ("127.0.0.1:8765", "localhost", "[::1]:8765"):
         assert client.get("/api/info", headers={"host": host}).status_code == 200
 

@@ -1,6 +1,6 @@
 """The lab under load, against a real server on 127.0.0.1: a full lab answers 503 with Retry-After,
-work of a client that hangs up is dropped or stopped, slow headers are cut off and slow connections make
-room for quick ones (#56 item 11).
+work of a client that hangs up is dropped or stopped, slow headers are cut off, slow connections make
+room for quick ones, and the Host check holds on a wildcard bind (#56 item 11).
 
 A stand-in panel that waits for the test's signal keeps computations running as long as a test needs
 (it checks for cancellation the way the model's layers do); no test asserts a duration.
@@ -26,6 +26,7 @@ need_module("uvicorn")
 from elmo.lab import panels_tasks  # noqa: E402
 from elmo.lab.admission import WorkCancelled, _run_with_flag, check_cancelled  # noqa: E402
 from elmo.lab.app import create_app  # noqa: E402
+from elmo.lab.hosts import host_names  # noqa: E402
 from elmo.lab.server import ServerLimits, make_server  # noqa: E402
 
 PATIENCE = 60.0  # seconds to wait for a state the test expects: a hang fails, a slow machine does not
@@ -189,3 +190,30 @@ def test_at_the_connection_cap_the_slowest_connection_makes_room(lab):
         assert slow[0].recv(4096) == b""  # the longest waiting was closed to make room
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("host, status", [
+    ("attacker.rebind.example", 403), ("attacker.rebind.example:8765", 403), ("127.0.0.1.rebind.example", 403),
+    ("lab.example.org", 200), ("LAB.example.org.:8765", 200), ("localhost:8765", 200),
+    ("192.168.1.20:8765", 200), ("[fe80::1]:8765", 200),
+])
+def test_a_wildcard_bind_answers_only_addresses_and_named_hosts(lab, host, status):
+    server = Server(create_app(*lab, allowed_hosts=host_names("0.0.0.0", ["lab.example.org"])))
+    try:
+        assert server.request("GET", "/api/info", host=host)[0] == status
+        code, _, body = server.request("POST", "/api/directions", {"sentence": "The cat sat ."}, host=host)
+        assert code == status
+        if status == 403:
+            assert "is not this lab" in json.loads(body)["error"] and "--allowed-host" in json.loads(body)["error"]
+    finally:
+        server.close()
+
+
+def test_allowed_host_takes_names_not_patterns(capsys):
+    from elmo.cli import main
+
+    for bad in ("*", "lab.example:80", "http://lab.example"):
+        assert main(["lab", "--host", "0.0.0.0", "--allowed-host", bad, "--no-browser"]) == 2
+        assert "give one host name" in capsys.readouterr().err
+    names = host_names("::", [])
+    assert {"localhost", "127.0.0.1", "::1", socket.gethostname().lower()} <= names and "" not in names

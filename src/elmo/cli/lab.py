@@ -37,6 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache-dir", help="where the embedded reference set is cached (default: ~/.cache/elmo/lab)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8765, help="port (default: 8765; 0 picks a free one)")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="a host name the lab answers to besides IP addresses, localhost and --host (repeatable; "
+                   "needed to open it by name when bound to 0.0.0.0 or ::, against DNS rebinding)")
     p.add_argument("--max-running", type=positive, default=2, metavar="N",
                    help="model computations at once (default: 2)")
     p.add_argument("--max-waiting", type=non_negative, default=8, metavar="N",
@@ -93,7 +96,8 @@ def can_show_browser() -> bool:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        from ..lab.app import LOOPBACK, create_app
+        from ..lab.app import create_app
+        from ..lab.hosts import host_names
         from ..lab.server import ServerLimits, serve
     except ImportError as e:
         raise InputError(f"elmo lab needs its web extra ({e.name} is missing): pip install 'elmo-bilm[lab]'") from e
@@ -103,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 < args.header_timeout <= 3600:
         raise InputError(f"--header-timeout {args.header_timeout:g}: must be above 0 and at most 3600 seconds")
+    hosts = host_names(args.host, args.allowed_host)
     data = find_data_dir(args.data)
     if args.data and data is None:
         raise InputError(f"--data {args.data}: not a folder")
@@ -111,8 +116,6 @@ def run(args: argparse.Namespace) -> int:
     sock = bind(args.host, args.port)
     wiki, pos, per_sense = SIZES[args.reference_size]
     ref = build_reference(lab.bilm, data, ReferenceSpec(wiki, pos, per_sense), args.cache_dir)
-    # Requests must name this server; bound to every address, any name may be this machine's.
-    hosts = None if args.host in ("0.0.0.0", "::", "") else (*LOOPBACK, args.host.strip("[]").lower())
     limits = Limits(max_running=args.max_running, max_waiting=args.max_waiting)
     app = create_app(lab, ref, limits, allowed_hosts=hosts)
     host, port = sock.getsockname()[:2]

@@ -25,6 +25,7 @@ from ..errors import ElmoError
 from . import panels_tasks, panels_words
 from .admission import Admission, ClientGone, LabBusy, install_checkpoints, wait_for_disconnect
 from .examples import AMBIGUOUS
+from .hosts import LOOPBACK, check_host
 from .inputs import LabInputError, Limits
 from .lab_models import LabModels
 from .panels_layers import layer_views
@@ -36,7 +37,6 @@ SECURITY_HEADERS = [
     (b"content-security-policy", b"default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'"),
     (b"x-content-type-options", b"nosniff"),
 ]
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 async def read_json(request: Request, limits: Limits) -> dict:
@@ -87,21 +87,6 @@ def parse_json_object(body: bytes) -> dict:
     return payload
 
 
-def check_host(app, allowed: Collection[str] | None):
-    """ASGI wrapper answering 400 to a Host header that names another server (DNS rebinding)."""
-    async def wrapped(scope, receive, send):
-        if scope["type"] == "http" and allowed is not None:
-            host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
-            name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-            if name.strip("[]").lower() not in allowed:
-                response = JSONResponse({"error": f"Host {host or '(none)'!r} is not this lab; open it as "
-                                         "http://127.0.0.1:PORT/ (or the --host it listens on)"}, status_code=400)
-                await response(scope, receive, send)
-                return
-        await app(scope, receive, send)
-    return wrapped
-
-
 def security_headers(app):
     """ASGI wrapper adding the headers above to every response."""
     async def wrapped(scope, receive, send):
@@ -115,9 +100,9 @@ def security_headers(app):
 
 
 def create_app(lab: LabModels, ref: ReferenceSet, limits: Limits = Limits(),
-               allowed_hosts: Collection[str] | None = LOOPBACK, admission: Admission | None = None):
-    """The ASGI app serving `lab` with neighbours from `ref`, to requests naming one of `allowed_hosts`
-    (None: any), its model work admitted by `admission` (default: from `limits`)."""
+               allowed_hosts: Collection[str] = LOOPBACK, admission: Admission | None = None):
+    """The ASGI app serving `lab` with neighbours from `ref`, to requests naming an IP address or one of
+    `allowed_hosts` (see hosts.py), its model work admitted by `admission` (default: from `limits`)."""
     views = layer_views(ref)
     admission = admission or Admission(limits.max_running, limits.max_waiting)
     install_checkpoints(lab.bilm)
