@@ -59,6 +59,11 @@ def assert_word_cache_matches(elmo, sentences: list[list[str]], index: dict[str,
     return ids
 
 
+def model_flags(d: Path) -> list[str]:
+    """The `--options/--weights` flags of the model files in `d` (the AllenNLP fixture's names)."""
+    return ["--options", str(d / "options.json"), "--weights", str(d / "lm_weights.hdf5")]
+
+
 def need(path: Path) -> Path:
     """Skip (with the reason) when a shared file is absent; CI has ../shared, so there it runs."""
     if not path.exists():
@@ -106,6 +111,20 @@ def allennlp_dir() -> Path:
 @pytest.fixture(scope="session")
 def bilm_tf_dir() -> Path:
     return need(BILM_TF)
+
+
+@pytest.fixture(scope="session")
+def model_args(allennlp_dir) -> list[str]:
+    """`elmo` command flags naming the AllenNLP fixture's model files."""
+    return model_flags(allennlp_dir)
+
+
+@pytest.fixture(scope="session")
+def embedder(allennlp_dir):
+    """A stateless `Embedder` of the AllenNLP fixture model, loaded once per session (tests only read it)."""
+    from elmo import Embedder
+
+    return Embedder.from_files(allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5")
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import subprocess_env
+from conftest import model_flags, subprocess_env
 
 from elmo import Embedder
 from elmo import documents as documents_module
@@ -33,10 +33,6 @@ SIZES = [3, 1, 5, 2, 4, 1, 6, 3, 5]  # sentences per document: 30, the fixture's
 ELMO = str(Path(sys.executable).parent / "elmo")
 
 
-def model_args(d: Path) -> list[str]:
-    return ["--options", str(d / "options.json"), "--weights", str(d / "lm_weights.hdf5")]
-
-
 @pytest.fixture(scope="module")
 def sentences(fixture_sentences) -> list[list[str]]:
     return [s.split() for lst in fixture_sentences for s in lst]
@@ -49,11 +45,6 @@ def docs(sentences) -> list[list[list[str]]]:
         out.append(sentences[start : start + n])
         start += n
     return out
-
-
-@pytest.fixture(scope="module")
-def embedder(allennlp_dir) -> Embedder:
-    return Embedder.from_files(allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5")
 
 
 def embed(emb: Embedder, documents, **kwargs) -> list[list[np.ndarray]]:
@@ -214,7 +205,7 @@ def separated(tmp_path, sentences) -> tuple[Path, list[str]]:
 def test_embed_context_document_keys_per_line_and_separators(tmp_path, separated, allennlp_dir, embedder, sentences):
     path, lines = separated
     out = tmp_path / "out.hdf5"
-    assert cli_main(["embed", str(path), str(out), *model_args(allennlp_dir), "--context", "document"]) == 0
+    assert cli_main(["embed", str(path), str(out), *model_flags(allennlp_dir), "--context", "document"]) == 0
     documents = [sentences[0:2], sentences[2:5], sentences[5:6], sentences[6:8]]
     want = iter(a for d in embed(embedder, documents) for a in d)
     with h5py.File(out, "r") as f:
@@ -241,12 +232,12 @@ def test_parts_are_cut_between_documents_and_resume(tmp_path, separated, allennl
             pass
 
     write_parts(embedder, str(path), plan, [0, 2], spec, batch_size=64, bar=NoBar())
-    args = ["embed", str(path), out, *model_args(allennlp_dir), "--part-lines", "2", "--resume"]
+    args = ["embed", str(path), out, *model_flags(allennlp_dir), "--part-lines", "2", "--resume"]
     assert cli_main(args) != 0  # parts of document mode are not taken for sentence mode's
     assert "context='document' there, None now" in capsys.readouterr().err
     assert cli_main(args + ["--context", "document"]) == 0
     whole = tmp_path / "whole.hdf5"
-    assert cli_main(["embed", str(path), str(whole), *model_args(allennlp_dir), "--context", "document"]) == 0
+    assert cli_main(["embed", str(path), str(whole), *model_flags(allennlp_dir), "--context", "document"]) == 0
     with h5py.File(out, "r") as a, h5py.File(whole, "r") as b:
         assert sorted(a) == sorted(b)
         for key in a:
@@ -256,7 +247,7 @@ def test_parts_are_cut_between_documents_and_resume(tmp_path, separated, allennl
 
 def test_embed_refuses_document_context_with_stateful(tmp_path, separated, allennlp_dir, capsys):
     path, _ = separated
-    assert cli_main(["embed", str(path), str(tmp_path / "o.hdf5"), *model_args(allennlp_dir), "--context", "document",
+    assert cli_main(["embed", str(path), str(tmp_path / "o.hdf5"), *model_flags(allennlp_dir), "--context", "document",
                      "--stateful"]) != 0
     assert "--context document and --stateful exclude each other" in capsys.readouterr().err
 
@@ -264,7 +255,7 @@ def test_embed_refuses_document_context_with_stateful(tmp_path, separated, allen
 def test_embed_refuses_a_document_that_is_too_long(tmp_path, allennlp_dir, monkeypatch, capsys):
     monkeypatch.setattr(documents_module, "MAX_DOCUMENT_LINES", 3)
     path = write_lines(tmp_path / "in.txt", ["a b", "c", "", "d", "e", "f", "g", "h"])
-    assert cli_main(["embed", str(path), str(tmp_path / "o.hdf5"), *model_args(allennlp_dir), "--context",
+    assert cli_main(["embed", str(path), str(tmp_path / "o.hdf5"), *model_flags(allennlp_dir), "--context",
                      "document"]) != 0
     assert "in.txt, line 7: a document of more than 3 sentences" in capsys.readouterr().err
     with pytest.raises(InputError, match="x, line 6: a document of more than 3 sentences"):
@@ -280,7 +271,7 @@ def test_two_ranks_under_torchrun_equal_one_process(tmp_path, sentences, allennl
         lines.append("-DOCSTART-" if d % 3 == 0 else "")
     path = write_lines(tmp_path / "in.txt", lines)
     env = dict(subprocess_env(), OMP_NUM_THREADS="1")
-    common = [str(path), *model_args(allennlp_dir), "--context", "document", "--part-lines", "20"]
+    common = [str(path), *model_flags(allennlp_dir), "--context", "document", "--part-lines", "20"]
     one = tmp_path / "one.hdf5"
     subprocess.run([ELMO, "embed", common[0], str(one), *common[1:]], check=True, env=env, timeout=600,
                    stderr=subprocess.DEVNULL)
@@ -361,7 +352,7 @@ def test_task_train_with_document_context(tmp_path, allennlp_dir, capsys, one_th
     files = ["--train", str(path), "--dev", str(path), "--test", str(path), "--cache-dir", str(tmp_path / "cache")]
     small = ["--epochs", "1", "--hidden", "8", "--char-filters", "4", "--batch-size", "2"]
     out = tmp_path / "m.json"
-    assert cli_main(["task", "train", "ner", *files, *model_args(allennlp_dir), *small, "--context", "document",
+    assert cli_main(["task", "train", "ner", *files, *model_flags(allennlp_dir), *small, "--context", "document",
                      "--out", str(out)]) == 0
     assert json.loads(out.read_text())["context"] == "document"
     assert len(list((tmp_path / "cache").glob("*.document-*.hdf5"))) == 1  # the three splits are one file here
@@ -372,5 +363,5 @@ def test_task_train_with_document_context(tmp_path, allennlp_dir, capsys, one_th
 def test_probe_refuses_document_context_for_data_without_documents(tmp_path, allennlp_dir, capsys):
     conll2000 = write_lines(tmp_path / "pos.txt", ["The DT B-NP", "bank NN I-NP", "", "It PRP B-NP", "rose VBD B-VP"])
     assert cli_main(["probe", "pos", "--layer", "1", "--train", str(conll2000), "--test", str(conll2000),
-                     *model_args(allennlp_dir), "--cache-dir", str(tmp_path / "cache"), "--context", "document"]) != 0
+                     *model_flags(allennlp_dir), "--cache-dir", str(tmp_path / "cache"), "--context", "document"]) != 0
     assert "pos.txt: --context document needs data marked in documents" in capsys.readouterr().err

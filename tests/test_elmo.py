@@ -1,10 +1,9 @@
-"""`Elmo` and `ScalarMix` semantics (AllenNLP's), and the `Embedder`."""
+"""`Elmo` and `ScalarMix` semantics (AllenNLP's); the `Embedder` is tested in test_embedder.py."""
 
-import numpy as np
 import pytest
 import torch
 
-from elmo import Elmo, Embedder, ScalarMix, batch_to_ids, load_bilm, remove_sentence_boundaries
+from elmo import Elmo, ScalarMix, batch_to_ids, remove_sentence_boundaries
 
 SENTENCES = [["The", "bank", "raised", "rates", "."], ["Hi"], [], ["We", "sat", "by", "the", "river", "bank"]]
 
@@ -102,36 +101,3 @@ def test_scalar_mix_rejects_wrong_sizes():
         ScalarMix(3, initial_scalar_parameters=[0.0, 1.0])
     with pytest.raises(ValueError, match="expects 3 tensors, found 2"):
         ScalarMix(3)([torch.zeros(1), torch.zeros(1)])
-
-
-def test_embedder_sorted_batches_equal_unsorted(elmo_files):
-    emb = Embedder.from_files(*elmo_files)
-    many = SENTENCES * 5 + [["a"] * 30]
-    sorted_internally = list(emb.embed_sentences(many, batch_size=4))
-    one_by_one = [emb.embed_batch([s])[0] for s in many]
-    assert len(sorted_internally) == len(many)
-    for got, ref, s in zip(sorted_internally, one_by_one, many):
-        assert got.shape == (3, len(s), 32)
-        np.testing.assert_allclose(got, ref, atol=1e-6, rtol=0)
-
-
-def test_embedder_layer_choices_and_sentence_vectors(elmo_files):
-    emb = Embedder.from_files(*elmo_files)
-    full = emb.embed_sentence(SENTENCES[0])
-    np.testing.assert_array_equal(emb.embed_sentence(SENTENCES[0], layers="top"), full[2])
-    np.testing.assert_allclose(emb.embed_sentence(SENTENCES[0], layers="average"), full.mean(0), atol=1e-7)
-    vectors = emb.sentence_vectors(SENTENCES)
-    assert vectors.shape == (4, 32)
-    np.testing.assert_allclose(vectors[0], full.mean(0).mean(0), atol=1e-6)
-    assert (vectors[2] == 0).all()  # the empty sentence
-    with pytest.raises(ValueError, match="layers must be one of"):
-        list(emb.embed_sentences(SENTENCES, layers="bottom"))
-
-
-def test_embedder_layer0_is_the_duplicated_token_layer(elmo_files):
-    bilm = load_bilm(*elmo_files)
-    emb = Embedder(bilm)
-    arr = emb.embed_sentence(["bank"])
-    with torch.no_grad():
-        token = bilm.char_encoder(batch_to_ids([["bank"]])[0]).numpy()
-    np.testing.assert_allclose(arr[0], np.concatenate([token, token], axis=1), atol=1e-6)

@@ -10,7 +10,6 @@ import pytest
 from elmo import ElmoEmbedder, Embedder
 from elmo.cli import main as cli_main
 from elmo.embed_file import embed_file
-from elmo.errors import InputError
 
 # stripped text as the key; a duplicate (last one wins in sentence_to_index); non-ASCII; an empty line
 EXTRA = ["  The cat  sat . ", "Crème brûlée für 2 €", "", "The cat  sat ."]
@@ -22,16 +21,6 @@ def corpus(tmp_path, fixture_sentences):
     path = tmp_path / "corpus.txt"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path, lines
-
-
-@pytest.fixture
-def model_args(allennlp_dir):
-    return ["--options", str(allennlp_dir / "options.json"), "--weights", str(allennlp_dir / "lm_weights.hdf5")]
-
-
-@pytest.fixture
-def embedder(allennlp_dir):
-    return Embedder.from_files(allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5")
 
 
 def embed(path, out, model_args, *flags):
@@ -238,16 +227,3 @@ def test_version_flag_prints_the_package_version(capsys):
         cli_main(["--version"])
     assert exit_info.value.code == 0
     assert capsys.readouterr().out.strip() == f"elmo {elmo.__version__}"
-
-
-def test_embed_sentences_takes_layer_numbers_like_the_cli(embedder):
-    sentences = [["The", "cat", "sat", "."], [], ["Hello"]]
-    full = list(embedder.embed_sentences(sentences))
-    picked = list(embedder.embed_sentences(sentences, layers=[1, 2]))
-    for a, b in zip(full, picked):
-        assert b.shape == (2,) + a.shape[1:]
-        np.testing.assert_array_equal(b, a[[1, 2]])
-    assert embedder.sentence_vectors(sentences[:1], layers=[2, 0]).shape == (1, 2, 32)
-    for bad in ([3], [1, 1], [], ["1"]):
-        with pytest.raises(InputError, match=r"layers must list distinct layer numbers in 0\.\.2"):
-            embedder.embed_sentences(sentences, layers=bad)

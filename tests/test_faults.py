@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import BILM_TF, MICRO_RUN, need, subprocess_env
+from conftest import BILM_TF, MICRO_RUN, model_flags, need, subprocess_env
 
 from elmo import ElmoEmbedder, Embedder
 from elmo.cli import main as cli_main
@@ -23,10 +23,6 @@ from elmo.fileio import GuardedFile
 from elmo.options import read_options
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def model_args(d):
-    return ["--options", str(d / "options.json"), "--weights", str(d / "lm_weights.hdf5")]
 
 
 def one_line_error(capsys, *needles):
@@ -65,7 +61,7 @@ def small_disk(tmp_path):
 
 
 def test_full_disk_is_refused_before_embedding(small_disk, corpus, allennlp_dir, capsys):
-    assert cli_main(["embed", str(corpus), str(small_disk / "out.hdf5"), *model_args(allennlp_dir)]) == 2
+    assert cli_main(["embed", str(corpus), str(small_disk / "out.hdf5"), *model_flags(allennlp_dir)]) == 2
     one_line_error(capsys, "needs at least", "MB free beside it", "are free")
     assert os.listdir(small_disk) == []
 
@@ -75,7 +71,7 @@ def test_disk_filling_up_while_writing_exits_2_without_a_segfault(small_disk, co
     script = ("import sys, elmo.embed_corpus as p; p.check_free_space = lambda *a: None; "
               "from elmo.cli import main; sys.exit(main(sys.argv[1:]))")
     done = subprocess.run([sys.executable, "-c", script, "embed", str(corpus), str(small_disk / "out.hdf5"),
-                           *model_args(allennlp_dir)], capture_output=True, text=True, env=subprocess_env())
+                           *model_flags(allennlp_dir)], capture_output=True, text=True, env=subprocess_env())
     errors = [line for line in done.stderr.splitlines() if "error:" in line]
     assert done.returncode == 2, done.stderr[-2000:]
     assert len(errors) == 1 and "No space left on device" in errors[0] and "Traceback" not in done.stderr
@@ -94,12 +90,12 @@ def test_failed_write_in_the_join_keeps_the_parts_for_resume(tmp_path, corpus, a
         real_write(self, data)
 
     monkeypatch.setattr(GuardedFile, "_write", full_for_output)
-    assert cli_main(["embed", str(corpus), str(out), *model_args(allennlp_dir), "--part-lines", "40"]) == 2
+    assert cli_main(["embed", str(corpus), str(out), *model_flags(allennlp_dir), "--part-lines", "40"]) == 2
     one_line_error(capsys, f"{out}: cannot write (No space left on device")
     assert sorted(os.listdir(tmp_path)) == ["corpus.txt", "out.hdf5.parts"]
     assert len(os.listdir(tmp_path / "out.hdf5.parts")) == 3  # finished parts, no temporary file
     monkeypatch.setattr(GuardedFile, "_write", real_write)
-    assert cli_main(["embed", str(corpus), str(out), *model_args(allennlp_dir), "--part-lines", "40", "--resume"]) == 0
+    assert cli_main(["embed", str(corpus), str(out), *model_flags(allennlp_dir), "--part-lines", "40", "--resume"]) == 0
     assert sorted(os.listdir(tmp_path)) == ["corpus.txt", "out.hdf5"]
 
 
@@ -145,7 +141,7 @@ def test_join_with_less_room_than_the_output_removes_each_part_once_copied(small
     """Parts ~1.0 MB, OUTPUT ~1.0 MB, 1.7 MB of disk: the join fits only by consuming the parts."""
     subprocess.run(["mount", "-o", "remount,size=1700k", str(small_disk)], check=True)
     reference = tmp_path / "reference.hdf5"
-    flags = [*model_args(allennlp_dir), "--part-lines", "40"]
+    flags = [*model_flags(allennlp_dir), "--part-lines", "40"]
     assert cli_main(["embed", str(corpus), str(reference), *flags]) == 0
     capsys.readouterr()
     out = small_disk / "out.hdf5"
@@ -166,7 +162,7 @@ def test_consuming_join_without_root(tmp_path, corpus, allennlp_dir, capsys, mon
         return real(path)._replace(free=10**10 if len(calls) == 1 else 600_000)
 
     reference, out = tmp_path / "reference.hdf5", tmp_path / "out.hdf5"
-    flags = [*model_args(allennlp_dir), "--part-lines", "40"]
+    flags = [*model_flags(allennlp_dir), "--part-lines", "40"]
     assert cli_main(["embed", str(corpus), str(reference), *flags]) == 0
     monkeypatch.setattr(ep.shutil, "disk_usage", usage)
     capsys.readouterr()
@@ -212,11 +208,6 @@ def test_an_architecture_bigger_than_memory_is_a_check_not_an_allocation(tmp_pat
 # ---- fault 3: batch sizes -------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def embedder(allennlp_dir):
-    return Embedder.from_files(allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5")
-
-
 @pytest.mark.parametrize("size", [0, -1, 2.5, True])
 def test_batch_size_must_be_positive_everywhere(allennlp_dir, embedder, tmp_path, corpus, size):
     message = f"batch_size must be a positive integer, found {size!r}"
@@ -237,7 +228,7 @@ def test_batch_size_must_be_positive_everywhere(allennlp_dir, embedder, tmp_path
 
 @pytest.mark.parametrize("device", ["foo", "meta", "cuda:99" if torch.cuda.is_available() else "cuda"])
 def test_unknown_device_is_one_line(tmp_path, corpus, allennlp_dir, capsys, device):
-    assert cli_main(["embed", str(corpus), str(tmp_path / "o.hdf5"), *model_args(allennlp_dir),
+    assert cli_main(["embed", str(corpus), str(tmp_path / "o.hdf5"), *model_flags(allennlp_dir),
                      "--device", device]) == 2
     one_line_error(capsys, f"--device {device}")
     with pytest.raises(InputError, match="device"):
@@ -261,7 +252,7 @@ def test_every_command_checks_its_device(command, capsys, tmp_path, monkeypatch)
 def test_a_pipe_as_input_is_refused_before_any_work(tmp_path, allennlp_dir, capsys):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)  # opening it would block: the check must not open it
-    assert cli_main(["embed", str(fifo), str(tmp_path / "o.hdf5"), *model_args(allennlp_dir)]) == 2
+    assert cli_main(["embed", str(fifo), str(tmp_path / "o.hdf5"), *model_flags(allennlp_dir)]) == 2
     one_line_error(capsys, f"{fifo}: not a regular file", "save it to a file first")
     assert sorted(os.listdir(tmp_path)) == ["pipe"]
 
@@ -270,7 +261,7 @@ def test_a_pipe_as_input_is_refused_before_any_work(tmp_path, allennlp_dir, caps
 def test_stdin_from_a_pipe_is_refused(tmp_path, corpus, allennlp_dir):
     with subprocess.Popen(["cat", str(corpus)], stdout=subprocess.PIPE) as cat:
         done = subprocess.run([sys.executable, "-m", "elmo", "embed", "/dev/stdin", str(tmp_path / "o.hdf5"),
-                               *model_args(allennlp_dir)], stdin=cat.stdout, capture_output=True, text=True,
+                               *model_flags(allennlp_dir)], stdin=cat.stdout, capture_output=True, text=True,
                               env=subprocess_env())
     assert done.returncode == 2 and "not a regular file" in done.stderr and "Traceback" not in done.stderr
     assert sorted(os.listdir(tmp_path)) == ["corpus.txt"]
@@ -278,11 +269,11 @@ def test_stdin_from_a_pipe_is_refused(tmp_path, corpus, allennlp_dir):
 
 def test_output_that_is_the_input_is_refused_even_with_overwrite(tmp_path, corpus, allennlp_dir, capsys):
     before = corpus.read_bytes()
-    assert cli_main(["embed", str(corpus), str(corpus), *model_args(allennlp_dir), "--overwrite"]) == 2
+    assert cli_main(["embed", str(corpus), str(corpus), *model_flags(allennlp_dir), "--overwrite"]) == 2
     one_line_error(capsys, f"{corpus}: is INPUT itself")
     link = tmp_path / "link.txt"
     os.link(corpus, link)  # the same file under another name
-    assert cli_main(["embed", str(corpus), str(link), *model_args(allennlp_dir), "--overwrite", "--stateful"]) == 2
+    assert cli_main(["embed", str(corpus), str(link), *model_flags(allennlp_dir), "--overwrite", "--stateful"]) == 2
     one_line_error(capsys, "is INPUT itself")
     assert corpus.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["corpus.txt", "link.txt"]
 

@@ -1,4 +1,5 @@
-"""One model reference: `--model NAME|DIR` or `--options O --weights W`, in every command and API (elmo.models.resolve)."""
+"""`elmo.models`: one model reference (`--model NAME|DIR` or `--options O --weights W`) in every command and API
+(`resolve`); bad references are refused as in test_errors.py (a missing directory is also a FileNotFoundError)."""
 
 import json
 
@@ -19,6 +20,8 @@ def test_resolve_takes_a_name_a_directory_or_a_file_pair(allennlp_dir, tmp_path)
     assert pair.weight_file == allennlp_dir / "lm_weights.hdf5" and pair.vocab_file is None
     with pytest.raises(ModelFileError, match=r"nowhere: neither a model directory nor a bundled model \(bundled: default"):
         resolve("nowhere")
+    with pytest.raises(FileNotFoundError, match=r"nowhere: neither a model directory nor a bundled model"):
+        resolve(tmp_path / "nowhere")  # a path, not a name: nothing there
     with pytest.raises(InputError, match="--options and --weights go together"):
         resolve(options=allennlp_dir / "options.json")
     with pytest.raises(InputError, match="either --model or --options/--weights"):
