@@ -10,6 +10,7 @@ from pathlib import Path
 
 import h5py
 import pytest
+from conftest import model_flags
 
 from elmo import Embedder
 from elmo.cli import main as cli_main
@@ -20,10 +21,6 @@ ELMO = str(Path(sys.executable).parent / "elmo")
 N_LINES, PART_LINES = 10_000, 1000
 # One BLAS thread everywhere: torchrun gives each worker one, and float sums can depend on the count.
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
-
-
-def model_args(d):
-    return ["--options", str(d / "options.json"), "--weights", str(d / "lm_weights.hdf5")]
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +37,7 @@ def corpus(tmp_path_factory, fixture_sentences):
 def reference(corpus, allennlp_dir):
     """The output of one plain process."""
     out = corpus.parent / "one-process.hdf5"
-    subprocess.run([ELMO, "embed", str(corpus), str(out), *model_args(allennlp_dir), "--part-lines", str(PART_LINES)],
+    subprocess.run([ELMO, "embed", str(corpus), str(out), *model_flags(allennlp_dir), "--part-lines", str(PART_LINES)],
                    check=True, env=ENV, timeout=600, stderr=subprocess.DEVNULL)
     with h5py.File(out, "r") as f:
         assert len(f) == N_LINES + 1 and f["0"].shape == (3, 0, 32) and f["9999"].shape == (3, 4, 32)
@@ -51,7 +48,7 @@ def reference(corpus, allennlp_dir):
 def test_two_ranks_under_torchrun_equal_one_process(tmp_path, corpus, reference, allennlp_dir):
     out = tmp_path / "two-ranks.hdf5"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--no-python", ELMO,
-           "embed", str(corpus), str(out), *model_args(allennlp_dir), "--part-lines", str(PART_LINES)]
+           "embed", str(corpus), str(out), *model_flags(allennlp_dir), "--part-lines", str(PART_LINES)]
     run = subprocess.run(cmd, env=ENV, timeout=600, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "embedding 10000 lines on 2 rank(s)" in run.stderr
@@ -63,7 +60,7 @@ def test_two_ranks_under_torchrun_equal_one_process(tmp_path, corpus, reference,
 def test_sigkill_then_resume_gives_the_complete_identical_file(tmp_path, corpus, reference, allennlp_dir):
     out = tmp_path / "out.hdf5"
     parts = tmp_path / "out.hdf5.parts"
-    cmd = [ELMO, "embed", str(corpus), str(out), *model_args(allennlp_dir), "--part-lines", str(PART_LINES)]
+    cmd = [ELMO, "embed", str(corpus), str(out), *model_flags(allennlp_dir), "--part-lines", str(PART_LINES)]
     proc = subprocess.Popen(cmd, env=ENV, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     while not (parts.is_dir() and len(list(parts.glob("lines-*.h5"))) >= 2):
@@ -101,7 +98,7 @@ class _NoBar:
 
 def test_resume_refuses_a_part_from_another_model(tmp_path, allennlp_dir, bilm_tf_dir, capsys):
     path, out = leave_parts(tmp_path, bilm_tf_dir, [0, 1])
-    code = cli_main(["embed", str(path), out, *model_args(allennlp_dir), "--part-lines", "10", "--resume"])
+    code = cli_main(["embed", str(path), out, *model_flags(allennlp_dir), "--part-lines", "10", "--resume"])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert f"{out}.parts/lines-000000000000-000000000010.h5: written by another model" in err
@@ -110,7 +107,7 @@ def test_resume_refuses_a_part_from_another_model(tmp_path, allennlp_dir, bilm_t
 
 def test_resume_refuses_parts_with_other_settings_or_input(tmp_path, allennlp_dir, capsys):
     path, out = leave_parts(tmp_path, allennlp_dir, [2], OutputSpec(dtype="float16"))
-    base = ["embed", str(path), out, *model_args(allennlp_dir), "--resume"]
+    base = ["embed", str(path), out, *model_flags(allennlp_dir), "--resume"]
     assert cli_main(base + ["--part-lines", "10"]) == 2
     assert "lines-000000000020-000000000030.h5: written with other settings (dtype='float16' there, " \
            "'float32' now)" in capsys.readouterr().err
@@ -123,18 +120,18 @@ def test_resume_refuses_parts_with_other_settings_or_input(tmp_path, allennlp_di
 
 def test_resume_keeps_good_parts_and_finishes(tmp_path, allennlp_dir, capsys):
     path, out = leave_parts(tmp_path, allennlp_dir, [1, 3])
-    assert cli_main(["embed", str(path), out, *model_args(allennlp_dir), "--part-lines", "10", "--resume"]) == 0
+    assert cli_main(["embed", str(path), out, *model_flags(allennlp_dir), "--part-lines", "10", "--resume"]) == 0
     assert "2 already written; embedding 20 lines" in capsys.readouterr().err
     reference = tmp_path / "fresh.hdf5"
-    assert cli_main(["embed", str(path), str(reference), *model_args(allennlp_dir), "--part-lines", "10"]) == 0
+    assert cli_main(["embed", str(path), str(reference), *model_flags(allennlp_dir), "--part-lines", "10"]) == 0
     assert filecmp.cmp(out, reference, shallow=False)
 
 
 def test_leftover_parts_without_resume_are_refused(tmp_path, allennlp_dir, capsys):
     path, out = leave_parts(tmp_path, allennlp_dir, [0])
-    assert cli_main(["embed", str(path), out, *model_args(allennlp_dir), "--part-lines", "10"]) == 2
+    assert cli_main(["embed", str(path), out, *model_flags(allennlp_dir), "--part-lines", "10"]) == 2
     assert "holds the parts of an earlier, unfinished run; pass --resume" in capsys.readouterr().err
-    assert cli_main(["embed", str(path), out, *model_args(allennlp_dir), "--part-lines", "10", "--overwrite"]) == 0
+    assert cli_main(["embed", str(path), out, *model_flags(allennlp_dir), "--part-lines", "10", "--overwrite"]) == 0
     assert not os.path.exists(out + ".parts")
 
 
