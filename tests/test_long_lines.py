@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 
 from elmo import Embedder
+from elmo.cli import main as cli_main
 from elmo.long_lines import LONG_LINE_WINDOW, embed_in_windows, embed_sentences_windowed
 from elmo.models import resolve
 
@@ -110,3 +114,108 @@ def test_memory_is_the_output_and_one_window(skip_model, one_thread, monkeypatch
         monkeypatch.setattr(stack, "forward", lambda x, *a, _real=real: longest.append(x.shape[1]) or _real(x, *a))
     embed_in_windows(skip_model.bilm, words(2000), 64)
     assert max(longest) == 64 and len(longest) == 2 * -(-2001 // 64)
+
+
+# `elmo embed`: long lines routed through windows, line limits, bounded sentence_to_index keys.
+
+def model_args(d: Path) -> list[str]:
+    return ["--options", str(d / "options.json"), "--weights", str(d / "lm_weights.hdf5")]
+
+
+def write_text(path: Path, lines: list[list[str]]) -> Path:
+    path.write_text("".join(" ".join(line) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("stateful", [False, True])
+def test_embed_routes_a_long_line_through_windows(tmp_path, allennlp_dir, skip_model, one_thread, monkeypatch,
+                                                  stateful):
+    import elmo.long_lines as long_lines
+
+    calls = []
+    real = long_lines.embed_in_windows
+    monkeypatch.setattr(long_lines, "embed_in_windows", lambda bilm, tokens, *a: calls.append(len(tokens))
+                        or real(bilm, tokens, *a))
+    lines = [words(4), words(LONG_LINE_WINDOW * 2 + 77, 5), [], words(LONG_LINE_WINDOW, 6), words(9, 7)]
+    text, out = write_text(tmp_path / "in.txt", lines), tmp_path / "out.hdf5"
+    assert cli_main(["embed", str(text), str(out), *model_args(allennlp_dir), *(["--stateful"] * stateful)]) == 0
+    assert calls == ([] if stateful else [LONG_LINE_WINDOW * 2 + 77])  # --stateful runs every line in one piece
+    with h5py.File(out, "r") as f:
+        index = json.loads(f["sentence_to_index"][0])
+        for number, tokens in enumerate(lines):
+            assert f[str(number)].shape == (3, len(tokens), 32)
+            assert index[" ".join(tokens)] == str(number)
+        if not stateful:
+            whole = skip_model.embed_batch([lines[1]])[0]
+            assert float(np.abs(f["1"][()] - whole).max()) <= ATOL
+
+
+@pytest.mark.parametrize("stateful", [False, True])
+def test_a_line_over_the_token_limit_is_refused_by_number_before_any_work(tmp_path, allennlp_dir, capsys, monkeypatch,
+                                                                          stateful):
+    import elmo.embed_corpus as embed_corpus_module
+    import elmo.embed_file as embed_file_module
+
+    for module in (embed_file_module, embed_corpus_module):
+        monkeypatch.setattr(module, "embed_lines", lambda *a, **k: pytest.fail("embedding started"))
+    text = write_text(tmp_path / "in.txt", [words(3), words(3, 1), words(101, 2), words(3, 3)])
+    out = tmp_path / "out.hdf5"
+    flags = [*model_args(allennlp_dir), "--max-line-tokens", "100", *(["--stateful"] * stateful)]
+    assert cli_main(["embed", str(text), str(out), *flags]) == 2
+    err = capsys.readouterr().err
+    assert f"{text}, line 3: 101 tokens, more than the 100 allowed in one line" in err
+    assert "--max-line-tokens raises the limit" in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]  # no OUTPUT, parts or temporaries
+    monkeypatch.undo()
+    assert cli_main(["embed", str(text), str(out), *flags[:-2 - stateful], "--max-line-tokens", "101",
+                     *(["--stateful"] * stateful)]) == 0
+
+
+def test_the_default_token_limit_and_bad_limits(tmp_path, allennlp_dir, capsys):
+    from elmo.embed_file import MAX_LINE_TOKENS, LineLimits
+
+    assert LineLimits().max_tokens == MAX_LINE_TOKENS == 100_000
+    text = write_text(tmp_path / "in.txt", [["a"] * (MAX_LINE_TOKENS + 1)])
+    assert cli_main(["embed", str(text), str(tmp_path / "out.hdf5"), *model_args(allennlp_dir)]) == 2
+    assert "line 1: 100,001 tokens, more than the 100,000 allowed" in capsys.readouterr().err
+    for flag in ("--max-line-tokens", "--max-line-bytes"):
+        assert cli_main(["embed", str(text), str(tmp_path / "out.hdf5"), *model_args(allennlp_dir), flag, "0"]) == 2
+        assert f"{flag} must be a positive integer, found 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("stateful", [False, True])
+def test_a_line_over_the_byte_limit_names_the_line_and_the_flag(tmp_path, allennlp_dir, capsys, stateful):
+    text = write_text(tmp_path / "in.txt", [["a", "b"], ["word"] * 300, ["c"]])  # line 2: 1,500 bytes
+    out = tmp_path / "out.hdf5"
+    flags = [*model_args(allennlp_dir), *(["--stateful"] * stateful)]
+    assert cli_main(["embed", str(text), str(out), *flags, "--max-line-bytes", "1000"]) == 2
+    err = capsys.readouterr().err
+    assert f"{text}, line 2: longer than 1,000 bytes" in err and "--max-line-bytes raises the limit" in err
+    assert not out.exists()
+    assert cli_main(["embed", str(text), str(out), *flags, "--max-line-bytes", "2000"]) == 0
+
+
+def test_index_keys_are_bounded_and_unchanged_for_normal_lines():
+    from elmo.embed_file import INDEX_KEY_PREFIX_CHARS, MAX_INDEX_KEY_CHARS, index_key
+
+    normal = "The cat sat on the mat ."
+    assert index_key(normal) == normal and index_key("x" * MAX_INDEX_KEY_CHARS) == "x" * MAX_INDEX_KEY_CHARS
+    huge = "é " * 3_000_000
+    key = index_key(huge.strip())
+    assert key == huge[:INDEX_KEY_PREFIX_CHARS] + "…sha256:" + hashlib.sha256(huge.strip().encode()).hexdigest()
+    assert len(key) < 300 and index_key(huge.strip()) == key and index_key(huge.strip() + " x") != key
+
+
+@pytest.mark.parametrize("stateful", [False, True])
+def test_sentence_to_index_holds_a_bounded_key_per_line(tmp_path, allennlp_dir, monkeypatch, stateful):
+    import elmo.embed_file as embed_file_module
+
+    monkeypatch.setattr(embed_file_module, "MAX_INDEX_KEY_CHARS", 100)
+    lines = [words(5), words(200, 8), words(6, 9)]
+    text, out = write_text(tmp_path / "in.txt", lines), tmp_path / "out.hdf5"
+    assert cli_main(["embed", str(text), str(out), *model_args(allennlp_dir), *(["--stateful"] * stateful)]) == 0
+    with h5py.File(out, "r") as f:
+        index = json.loads(f["sentence_to_index"][0])
+    long_line = " ".join(lines[1])
+    assert index == {" ".join(lines[0]): "0", embed_file_module.index_key(long_line): "1", " ".join(lines[2]): "2"}
+    assert long_line not in index and max(map(len, index)) < 300

@@ -10,8 +10,9 @@ parts, after checking that they come from the same model, input and settings.
 
 With document context (`context="document"`) a block ends only at a document break, so every
 document is embedded whole by one rank. Each block is embedded from its first line, so the batches, and therefore the vectors to the last
-bit, do not depend on how many ranks ran it. Memory is bounded by the block and the batch, except
-the `sentence_to_index` dict built during the join (one entry per distinct sentence).
+bit, do not depend on how many ranks ran it. Memory is bounded by the block, the batch and one line's
+output (a line longer than a window runs in windows, `elmo.long_lines`; `LineLimits` caps a line), except
+the `sentence_to_index` dict built during the join (one key of bounded length per distinct sentence).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import os
 import shutil
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TypeVar
 
@@ -35,11 +36,11 @@ from tqdm import tqdm
 
 from .devices import TorchrunPlace
 from .documents import check_context, check_document_length, is_document_break
-from .embed_file import (OutputSpec, check_input, check_output, check_sentence_key, check_unchanged, embed_lines,
-                         input_state, link_plist, remove_temporaries, write_index)
+from .embed_file import (LineLimits, OutputSpec, check_input, check_output, check_sentence_key, check_unchanged,
+                         embed_lines, index_key, input_state, link_plist, remove_temporaries, write_index)
 from .embedder import Embedder, check_batch_size
 from .errors import ElmoError, InputError, OutputError
-from .fileio import MAX_LINE_BYTES, hash_file, hdf5_output, iter_lines, output_lock
+from .fileio import hash_file, hdf5_output, output_lock
 from .hdf5_files import open_hdf5
 from .weights import model_fingerprint
 
@@ -101,6 +102,7 @@ class Plan:
     tokens: list[int]
     todo: list[int]
     input_state: tuple[int, int, int] = (0, 0, 0)
+    limits: LineLimits = field(default_factory=LineLimits)
 
     @property
     def n_lines(self) -> int:
@@ -147,18 +149,20 @@ def parts_dir_of(output_file: str) -> str:
 
 
 def scan_input(path: str, part_lines: int, use_sentence_keys: bool, context: str = "sentence",
-               max_line_bytes: int = MAX_LINE_BYTES) -> tuple[dict, list[tuple[int, int]], list[int]]:
+               limits: LineLimits | None = None) -> tuple[dict, list[tuple[int, int]], list[int]]:
     """One pass over INPUT: its sha256 and line count, the blocks with their token counts.
 
-    Invalid UTF-8, and with `use_sentence_keys` an empty or repeated sentence, is an error naming the
-    line before any work is done (the set of sentences is kept only in that mode). With context
+    Invalid UTF-8, a line over `limits`, and with `use_sentence_keys` an empty or repeated sentence, is an
+    error naming the line before any work is done (the set of sentences is kept only in that mode). With context
     "document" a block starts only at a document break, once the block before holds `part_lines`
     lines, so no document is split between parts; a document that is too long is an error.
     """
     blocks, tokens, seen = [], [], set()
     in_document = 0  # sentence lines since the last document break
-    for number, text in iter_lines(path, max_line_bytes):
+    limits = limits or LineLimits()
+    for number, text in limits.lines(path):
         words = len(text.split())
+        limits.check_tokens(words, path, number)
         if context == "sentence":
             starts = number % part_lines == 0
         else:
@@ -180,7 +184,8 @@ def scan_input(path: str, part_lines: int, use_sentence_keys: bool, context: str
 
 
 def make_plan(embedder: Embedder, input_file: str, output_file: str, spec: OutputSpec, part_lines: int,
-              use_sentence_keys: bool, overwrite: bool, resume: bool, context: str = "sentence") -> Plan:
+              use_sentence_keys: bool, overwrite: bool, resume: bool, context: str = "sentence",
+              limits: LineLimits | None = None) -> Plan:
     """Check INPUT and OUTPUT, prepare OUTPUT.parts/, and list the blocks still to embed (rank 0 only)."""
     if part_lines <= 0:
         raise InputError(f"--part-lines must be positive, found {part_lines}")
@@ -189,12 +194,13 @@ def make_plan(embedder: Embedder, input_file: str, output_file: str, spec: Outpu
     check_output(output_file, overwrite, input_file)
     remove_temporaries(output_file)  # a killed join's OUTPUT-sized temporary (OUTPUT's lock is held)
     before = input_state(input_file)
-    input_id, blocks, tokens = scan_input(input_file, part_lines, use_sentence_keys, check_context(context))
+    limits = limits or LineLimits()
+    input_id, blocks, tokens = scan_input(input_file, part_lines, use_sentence_keys, check_context(context), limits)
     settings = {**spec.settings(), "part_lines": part_lines}
     if context != "sentence":  # sentence-mode headers stay as they were, so their parts still resume
         settings["context"] = context
     header = {"format": PART_FORMAT, "model": model_fingerprint(embedder.bilm), "input": input_id, "settings": settings}
-    plan = Plan(parts_dir_of(output_file), header, blocks, tokens, list(range(len(blocks))), before)
+    plan = Plan(parts_dir_of(output_file), header, blocks, tokens, list(range(len(blocks))), before, limits)
     check_unchanged(input_file, plan.input_state)  # not edited while it was hashed
     if os.path.isdir(plan.parts_dir):
         if resume:
@@ -308,7 +314,7 @@ def write_parts(embedder: Embedder, input_file: str, plan: Plan, blocks: list[in
                 batch_size: int, bar: tqdm) -> None:
     """Embed `blocks` (sorted) in one pass over INPUT, one atomically written part file per block."""
     todo = set(blocks)
-    for block, lines in itertools.groupby(iter_lines(input_file), key=lambda item: plan.block_of(item[0])):
+    for block, lines in itertools.groupby(plan.limits.lines(input_file), key=lambda item: plan.block_of(item[0])):
         if not todo:
             break
         if block not in todo:
@@ -344,7 +350,7 @@ def join_parts(input_file: str, output_file: str, plan: Plan, spec: OutputSpec, 
                disable=not progress, dynamic_ncols=True)
     try:
         with bar, hdf5_output(output_file, spec.libver) as (out, check_written):
-            for number, text in iter_lines(input_file):
+            for number, text in plan.limits.lines(input_file):
                 if (block := plan.block_of(number)) != open_block:
                     if part is not None:
                         part.close()
@@ -360,7 +366,7 @@ def join_parts(input_file: str, output_file: str, plan: Plan, spec: OutputSpec, 
                                      f"HDF5 key ({e}); drop --use-sentence-keys to key by line number") from None
                 check_written()
                 if keep_index:
-                    texts[sentence] = key
+                    texts[index_key(sentence)] = key
                 bar.update()
             if keep_index:
                 write_index(out, texts)
@@ -375,11 +381,12 @@ def embed_corpus(embedder: Embedder, input_file: str | os.PathLike, output_file:
                  spec: OutputSpec = OutputSpec(), batch_size: int = 64, forget_sentences: bool = False,
                  use_sentence_keys: bool = False, overwrite: bool = False, resume: bool = False,
                  part_lines: int = 10_000, progress: bool = True, ranks: Ranks = Ranks(),
-                 context: str = "sentence") -> None:
+                 context: str = "sentence", limits: LineLimits | None = None) -> None:
     """`elmo embed` for a stateless embedder: plan, embed this rank's share of the parts, join on rank 0.
 
     Call it on every rank with the same arguments (torchrun); without torchrun, `ranks` is rank 0 of 1.
     `context`: see `embed_file.embed_lines`; in "document" mode parts are cut between documents only.
+    `limits`: the longest line allowed (`embed_file.LineLimits`), checked by number before any line is embedded.
     """
     input_file, output_file = os.fspath(input_file), os.fspath(output_file)
     check_batch_size(batch_size)
@@ -390,7 +397,7 @@ def embed_corpus(embedder: Embedder, input_file: str | os.PathLike, output_file:
         def locked_plan() -> Plan:  # rank 0 holds OUTPUT's lock for the whole run: one writer per output
             held.enter_context(output_lock(output_file))
             return make_plan(embedder, input_file, output_file, spec, part_lines, use_sentence_keys, overwrite,
-                             resume, context)
+                             resume, context, limits)
 
         plan = ranks.from_rank0(locked_plan)
         try:

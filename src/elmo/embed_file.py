@@ -8,6 +8,7 @@ the direct writer here (library, `ElmoEmbedder.embed_file`, `--stateful`) and th
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 from collections import deque
@@ -21,12 +22,53 @@ from tqdm import tqdm
 from .documents import check_context, line_documents
 from .embedder import LAYER_CHOICES, Embedder, check_batch_size, select_layers
 from .errors import InputError, InputFileNotFound, OutputError
-from .fileio import check_file, check_not_input, hdf5_output, iter_lines, output_lock
+from .fileio import MAX_LINE_BYTES, check_file, check_not_input, hdf5_output, iter_lines, output_lock
+from .long_lines import LONG_LINE_WINDOW, embed_sentences_windowed
 
 DTYPES = ("float32", "float16")
 POOLS = ("mean", "max")
 COMPRESSIONS = ("gzip", "lzf")
 INDEX_KEY = "sentence_to_index"
+MAX_LINE_TOKENS = 100_000  # per line; `elmo embed --max-line-tokens` raises it (a sentence is tens of tokens)
+MAX_INDEX_KEY_CHARS = 10_000  # a longer line's `sentence_to_index` key is a prefix and a hash (`index_key`)
+INDEX_KEY_PREFIX_CHARS = 200
+
+
+@dataclass(frozen=True)
+class LineLimits:
+    """What one line of `elmo embed`'s INPUT may hold. Bytes are checked as each line is read (the reader
+    never holds more), tokens while INPUT is counted, before any line is embedded; either refusal names the
+    line and the flag that raises the limit. A line's vectors take (L+1) x 2P x 4 bytes per token (6 KB for
+    the bundled model, 12 KB for the original one), so the default token limit bounds one line's output."""
+
+    max_bytes: int = MAX_LINE_BYTES
+    max_tokens: int = MAX_LINE_TOKENS
+
+    def __post_init__(self):
+        for flag, value in (("--max-line-bytes", self.max_bytes), ("--max-line-tokens", self.max_tokens)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise InputError(f"{flag} must be a positive integer, found {value!r}")
+
+    def lines(self, path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+        """(line number, text) of `path`, a line over `max_bytes` refused by number before it is in memory."""
+        return iter_lines(path, self.max_bytes, "--max-line-bytes")
+
+    def check_tokens(self, tokens: int, source: str, number: int) -> None:
+        if tokens > self.max_tokens:
+            raise InputError(f"{source}, line {number + 1}: {tokens:,} tokens, more than the {self.max_tokens:,} "
+                             "allowed in one line (expected one tokenized sentence per line); nothing was embedded; "
+                             "--max-line-tokens raises the limit")
+
+
+def index_key(sentence: str) -> str:
+    """A stripped line's key in `sentence_to_index`: the line itself (AllenNLP's key) up to
+    MAX_INDEX_KEY_CHARS characters; a longer line's key is its first INDEX_KEY_PREFIX_CHARS characters,
+    "…sha256:" and the hex sha256 of the whole stripped line's UTF-8 bytes, so the index (held in
+    memory until the end) keeps at most about 270 characters of such a line, whatever its length."""
+    if len(sentence) <= MAX_INDEX_KEY_CHARS:
+        return sentence
+    digest = hashlib.sha256(sentence.encode("utf-8")).hexdigest()
+    return f"{sentence[:INDEX_KEY_PREFIX_CHARS]}…sha256:{digest}"
 
 
 @dataclass(frozen=True)
@@ -175,17 +217,15 @@ def check_writable_folder(output_file: str, directory: str) -> None:
                           "OUTPUT's temporary files add 18: choose a shorter name")
 
 
-def line_tokens(path: str | os.PathLike) -> Iterator[tuple[int, list[str]]]:
-    """(line number, whitespace tokens) per line; invalid UTF-8 is an error naming the line."""
-    for number, line in iter_lines(path):
-        yield number, line.split()
-
-
-def count_tokens(path: str | os.PathLike) -> tuple[int, int]:
+def count_tokens(path: str | os.PathLike, limits: LineLimits | None = None) -> tuple[int, int]:
+    """(lines, tokens) of `path`; invalid UTF-8 and a line over `limits` are an error naming the line."""
+    limits = limits or LineLimits()
     lines = tokens = 0
-    for _, tokens_of_line in line_tokens(path):
+    for number, text in limits.lines(path):
+        n = len(text.split())
+        limits.check_tokens(n, os.fspath(path), number)
         lines += 1
-        tokens += len(tokens_of_line)
+        tokens += n
     return lines, tokens
 
 
@@ -205,36 +245,40 @@ def embed_file(
     dtype: str = "float32",
     compression: str | None = None,
     context: str = "sentence",
+    limits: LineLimits | None = None,
 ) -> None:
     """Write one dataset per input line: (L+1, n, D) for "all", (n, D) for "top"/"average".
 
     Keys are 0-based line numbers (or the stripped sentence with `use_sentence_keys`); an empty line
     gives an empty dataset, so keys stay aligned with lines. Unless `forget_sentences` or
     `use_sentence_keys`, a `sentence_to_index` dataset maps each sentence to its key. The file is
-    written under a temporary name and renamed at the end. See `OutputSpec` for the other options, and
-    `embed_lines` for `context`.
+    written under a temporary name and renamed at the end. See `OutputSpec` for the other options,
+    `embed_lines` for `context`, `LineLimits` for `limits`.
     """
     spec = OutputSpec(output_format, None if layers is None else tuple(layers), pool, dtype, compression)
     check_batch_size(batch_size)
+    limits = limits or LineLimits()
     input_file = check_input(input_file)
     output_file = check_output(output_file, overwrite, input_file)
     with output_lock(output_file):  # one writer per output
         remove_temporaries(output_file)  # a killed run's OUTPUT-sized temporary
         before = input_state(input_file)
-        _, n_tokens = count_tokens(input_file)  # also validates UTF-8 before any work is done
-        write_lines(embedder, iter_lines(input_file), output_file, spec, batch_size=batch_size,
+        _, n_tokens = count_tokens(input_file, limits)  # also validates UTF-8 before any work is done
+        write_lines(embedder, limits.lines(input_file), output_file, spec, batch_size=batch_size,
                     forget_sentences=forget_sentences, use_sentence_keys=use_sentence_keys, progress=progress,
                     total_tokens=n_tokens, source=os.fspath(input_file), context=context,
                     before_rename=lambda: check_unchanged(input_file, before))
 
 
 def embed_lines(embedder: Embedder, lines: Iterable[tuple[int, str]], batch_size: int, context: str = "sentence",
-                source: str = "input") -> Iterator[np.ndarray]:
-    """(L+1, n, D) per (line number, text), in order: each line a sentence on its own (context "sentence"),
-    or each line's vectors from its document ("document": blank and -DOCSTART- lines separate documents
-    and get what an empty line gets, (L+1, 0, D); `batch_size` then counts documents)."""
+                source: str = "input", window: int = LONG_LINE_WINDOW) -> Iterator[np.ndarray]:
+    """(L+1, n, D) per (line number, text), in order: each line a sentence on its own (context "sentence"; a
+    line of more than `window` tokens is embedded in windows with the LSTM state carried, `elmo.long_lines`,
+    unless the embedder is stateful), or each line's vectors from its document ("document": blank and
+    -DOCSTART- lines separate documents and get what an empty line gets, (L+1, 0, D); `batch_size` then
+    counts documents; documents already run in windows of steps)."""
     if check_context(context) == "sentence":
-        return embedder.embed_sentences((text.split() for _, text in lines), layers="all", batch_size=batch_size)
+        return embed_sentences_windowed(embedder, (text.split() for _, text in lines), batch_size, window)
     return embedder.embed_documents(line_documents(lines, source), layers="all", batch_size=batch_size)
 
 
@@ -255,8 +299,9 @@ def write_lines(
     """Embed (line number, text) pairs in one stream and write them atomically to `output_file`
     (`before_rename` may still refuse the result: nothing is then written).
 
-    Memory is bounded by the embedder's window, except the `sentence_to_index` dict, which holds every
-    distinct sentence until the end (pass `forget_sentences` for corpora too big for that).
+    Memory is bounded by the embedder's window and each line's output, except the `sentence_to_index`
+    dict, which holds every distinct sentence (`index_key`: at most MAX_INDEX_KEY_CHARS characters of one)
+    until the end (pass `forget_sentences` for corpora too big for that).
     """
     spec.check_model(embedder.bilm.num_layers)
     keep_index = not (forget_sentences or use_sentence_keys)
@@ -279,7 +324,7 @@ def write_lines(
             spec.write(out, key, vectors)
             check_written()
             if keep_index:
-                texts[sentence] = key
+                texts[index_key(sentence)] = key
             bar.update(vectors.shape[1])
         if keep_index:
             write_index(out, texts)
@@ -318,6 +363,6 @@ def check_sentence_key(used: Container[str], key: str, source: str, number: int)
 
 
 def write_index(out: h5py.Group, texts: dict[str, str]) -> None:
-    """`sentence_to_index`: shape (1,), one vlen UTF-8 string holding json.dumps({sentence: key})."""
+    """`sentence_to_index`: shape (1,), one vlen UTF-8 string holding json.dumps({index_key(sentence): key})."""
     table = out.create_dataset(INDEX_KEY, (1,), dtype=h5py.string_dtype(encoding="utf-8"))
     table[0] = json.dumps(texts)

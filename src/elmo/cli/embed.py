@@ -8,11 +8,13 @@ import sys
 
 from ..devices import check_device, rank_device
 from ..documents import CONTEXTS
-from ..embed_file import COMPRESSIONS, DTYPES, POOLS, OutputSpec, check_input, check_output, embed_file, parse_layers
+from ..embed_file import (COMPRESSIONS, DTYPES, MAX_LINE_TOKENS, POOLS, LineLimits, OutputSpec, check_input,
+                          check_output, embed_file, parse_layers)
 from ..embed_corpus import Ranks, embed_corpus
 from ..embedder import Embedder, check_batch_size, check_int8_choice
 from ..errors import InputError
-from ..fileio import check_not_input
+from ..fileio import MAX_LINE_BYTES, check_not_input
+from ..long_lines import LONG_LINE_WINDOW
 from ..models import default_model_name, resolve
 from . import add_model_flags
 
@@ -53,6 +55,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="keep the finished parts in OUTPUT.parts/ of a killed run and embed only the rest")
     p.add_argument("--part-lines", type=int, default=10_000,
                    help="lines per part file (default 10000): a crash loses at most one part per process")
+    p.add_argument("--max-line-tokens", type=int, default=MAX_LINE_TOKENS,
+                   help=f"refuse, by line number and before any work, a line of more tokens (default "
+                   f"{MAX_LINE_TOKENS:,}; without --stateful a line of more than {LONG_LINE_WINDOW} tokens is embedded "
+                   "in windows, so its memory is its output: (layers) x (dim) x 4 bytes per token, 6 KB for the "
+                   "bundled model)")
+    p.add_argument("--max-line-bytes", type=int, default=MAX_LINE_BYTES,
+                   help=f"refuse, by line number, a line of more bytes, before it is read into memory (default "
+                   f"{MAX_LINE_BYTES:,})")
     p.add_argument("--bf16", action="store_true",
                    help="bfloat16 autocast (for GPUs; outputs are stored in --dtype; slow on CPUs without bf16)")
     p.add_argument("--int8", action="store_true",
@@ -77,6 +87,7 @@ def load_embedder(args: argparse.Namespace) -> Embedder:
 
 def run(args: argparse.Namespace) -> int:
     spec = OutputSpec(args.output_format, parse_layers(args.layers), args.pool, args.dtype, args.compression)
+    limits = LineLimits(args.max_line_bytes, args.max_line_tokens)
     check_input(args.input)  # before the model loads: fail fast
     check_output(args.output, args.overwrite, args.input)
     check_int8_choice(args.int8, args.device, args.bf16)
@@ -93,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         embed_file(load_embedder(args), args.input, args.output, args.output_format, batch_size=args.batch_size,
                    forget_sentences=args.forget_sentences, use_sentence_keys=args.use_sentence_keys,
                    overwrite=args.overwrite, layers=spec.layers, pool=spec.pool, dtype=spec.dtype,
-                   compression=spec.compression)
+                   compression=spec.compression, limits=limits)
         return 0
     ranks = Ranks.from_env()
     args.device = rank_device(args.device, ranks.world)
@@ -101,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         embed_corpus(load_embedder(args), args.input, args.output, spec, batch_size=args.batch_size,
                      forget_sentences=args.forget_sentences, use_sentence_keys=args.use_sentence_keys,
                      overwrite=args.overwrite, resume=args.resume, part_lines=args.part_lines, ranks=ranks,
-                     context=args.context)
+                     context=args.context, limits=limits)
     finally:
         ranks.close()
     return 0
