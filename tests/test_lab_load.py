@@ -27,6 +27,7 @@ from elmo.lab import panels_tasks  # noqa: E402
 from elmo.lab.admission import WorkCancelled, _run_with_flag, check_cancelled  # noqa: E402
 from elmo.lab.app import create_app  # noqa: E402
 from elmo.lab.hosts import host_names  # noqa: E402
+from elmo.lab import server as lab_server  # noqa: E402
 from elmo.lab.server import ServerLimits, make_server  # noqa: E402
 
 PATIENCE = 60.0  # seconds to wait for a state the test expects: a hang fails, a slow machine does not
@@ -177,7 +178,7 @@ def test_slow_headers_are_cut_off_and_the_rest_served(lab):
         server.close()
 
 
-def test_at_the_connection_cap_the_slowest_connection_makes_room(lab):
+def test_at_the_connection_cap_the_slowest_connection_makes_room(lab, monkeypatch):
     server = Server(create_app(*lab), ServerLimits(header_seconds=600, max_connections=4))
     try:
         slow = []
@@ -186,6 +187,10 @@ def test_at_the_connection_cap_the_slowest_connection_makes_room(lab):
             s.sendall(b"GET / HTTP/1.1\r\nX-Slow: 1")
             slow.append(s)
             time.sleep(0.05)  # an order of arrival, so that the first is the one evicted
+        monkeypatch.setattr(lab_server, "EVICT_AFTER", 3600.0)  # none has waited long enough to be pushed out
+        status, headers, body = server.request("GET", "/api/info")
+        assert status == 503 and headers["retry-after"] == "1" and b"too many open connections" in body
+        monkeypatch.setattr(lab_server, "EVICT_AFTER", 0.0)
         assert server.request("GET", "/api/info")[0] == 200  # the fifth connection got in
         assert slow[0].recv(4096) == b""  # the longest waiting was closed to make room
     finally:

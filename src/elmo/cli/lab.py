@@ -45,8 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-waiting", type=non_negative, default=8, metavar="N",
                    help="computations waiting for a free one; beyond that a request gets 503 + Retry-After "
                    "(default: 8)")
-    p.add_argument("--max-connections", type=positive, default=256, metavar="N",
-                   help="open connections at once, kept below the open-file limit (default: 256)")
+    p.add_argument("--max-connections", type=positive, default=1000, metavar="N",
+                   help="open connections at once, kept below the open-file limit (default: 1000)")
     p.add_argument("--header-timeout", type=float, default=10.0, metavar="S",
                    help="seconds for a request's headers to arrive before the connection is closed (default: 10)")
     p.add_argument("--no-browser", action="store_true", help="only print the URL")
@@ -96,6 +96,7 @@ def can_show_browser() -> bool:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        from ..lab.admission import release_freed_memory
         from ..lab.app import create_app
         from ..lab.hosts import host_names
         from ..lab.server import ServerLimits, serve
@@ -116,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
     sock = bind(args.host, args.port)
     wiki, pos, per_sense = SIZES[args.reference_size]
     ref = build_reference(lab.bilm, data, ReferenceSpec(wiki, pos, per_sense), args.cache_dir)
+    release_freed_memory()  # what embedding the reference set freed
     limits = Limits(max_running=args.max_running, max_waiting=args.max_waiting)
     app = create_app(lab, ref, limits, allowed_hosts=hosts)
     host, port = sock.getsockname()[:2]
