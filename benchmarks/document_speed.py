@@ -41,13 +41,11 @@ def documents_of(path: Path) -> list[list[list[str]]]:
 def measure(model: str, threads: int, passes: int, sentence_batch: int, document_batch: int) -> dict:
     """One thread count, in this process: tokens/s of both contexts, interleaved pass by pass."""
     import torch
+    from benchlib import gemm_flops
 
     from elmo import Embedder
     from elmo.options import read_options
     from elmo.models import resolve
-
-    sys.path.insert(0, str(HERE))
-    from speed import gemm_flops
 
     torch.set_num_threads(threads)
     resolved = resolve(model)

@@ -34,14 +34,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from benchlib import HERE, SENTENCES, SPEED_WORKER, random_model, run_json, save_results, write_sentences
 
-from elmo import load_bilm, save_bilm
+from elmo import load_bilm
 from elmo.int8 import Int8Linear, quantize_bilm, token_cosines, weight_bytes
 from elmo.models import resolve
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from speed import SENTENCES, options_for, run_json  # noqa: E402
 
 SHAPES = ("bundled", "original", "small")
 KERNEL_SHAPES = [(64, 512, 16384), (64, 4096, 512), (16, 512, 16384), (4, 512, 16384), (2048, 512, 16384)]
@@ -104,14 +101,7 @@ def model_files(shape: str, work: Path) -> tuple[Path, Path]:
     if shape == "bundled":
         files = resolve("default").original_files()
         return Path(files.options_file), Path(files.weight_file)
-    from elmo.bilm import BiLM
-    from elmo.options import BiLMConfig
-
-    torch.manual_seed(0)
-    directory = work / shape
-    directory.mkdir()
-    save_bilm(BiLM(BiLMConfig.from_options(options_for(shape))), directory / "options.json", directory / "weights.hdf5")
-    return directory / "options.json", directory / "weights.hdf5"
+    return random_model(shape, work / shape)
 
 
 def cosines(fp32_dump: str, int8_dump: str) -> tuple[float, float]:
@@ -143,15 +133,13 @@ def main() -> None:
     if not SENTENCES.exists():
         sys.exit(f"needs {SENTENCES}")
     work = Path(tempfile.mkdtemp(prefix="elmo-int8-speed-"))
-    sentence_file = work / "sentences.txt"
-    lines = SENTENCES.read_text(encoding="utf-8").splitlines()[: args.sentences]
-    sentence_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    sentence_file, lines = write_sentences(work, args.sentences)
     results = {"machine": {"platform": platform.platform(), "processor": platform.processor(), "torch": torch.__version__,
                            "cpu_capability": torch.backends.cpu.get_cpu_capability()},
                "sentences": len(lines), "tokens": sum(len(line.split()) for line in lines),
                "batch_size": args.batch_size, "passes": args.passes, "rows": []}
     out = Path(args.out)
-    me = [sys.executable, str(HERE / "speed.py"), "worker", "embed"]
+    me = [*SPEED_WORKER, "embed"]
     for shape in [s for s in args.shapes.split(",") if s]:
         if shape not in SHAPES:
             sys.exit(f"--shapes: expected any of {SHAPES}, found {shape!r}")
@@ -174,10 +162,7 @@ def main() -> None:
                        "cosine_first_sentences": {"mean": mean, "min": worst}}
                 results["rows"].append(row)
                 print(table_row(row), flush=True)
-                out.parent.mkdir(exist_ok=True)
-                tmp = out.with_suffix(".tmp")
-                tmp.write_text(json.dumps(results, indent=2) + "\n")
-                tmp.replace(out)
+                save_results(results, out)
     print()
     print(markdown_table(results))
 

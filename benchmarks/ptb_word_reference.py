@@ -153,6 +153,46 @@ def valid_perplexity(model: WordLM, ids: torch.Tensor, unroll: int) -> float:
 
 
 def main() -> None:
+    p = _parser()
+    args = p.parse_args()
+    if args.dim != 300 and (args.char_cnn or args.elmo_lstm):
+        p.error("--dim sets the word model's width; --char-cnn and --elmo-lstm have the char model's 300")
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    data, unroll = Path(args.data), 35
+    words = (data / "ptb.train.txt").read_text().replace("\n", " <eos> ").split()
+    names = sorted(set(words))
+    vocab = {w: i for i, w in enumerate(names)}
+    valid_ids = read_ids(data / "ptb.valid.txt", vocab)
+    shuffle = torch.Generator().manual_seed(args.seed) if args.shuffle_sentences else None
+    model = WordLM(names, dim=args.dim, bidirectional=args.bidirectional, elmo_lstm=args.elmo_lstm, char_cnn=args.char_cnn,
+                   kim_chars=args.kim_chars, char_projection=not args.no_char_projection)
+    optimizer, groups = make_optimizer(model, args)
+    train_ids = read_ids(data / "ptb.train.txt", vocab)
+    saved = args.out / "state.pt" if args.out else None
+    schedule = resume(saved, model, optimizer, shuffle)
+    for epoch in range(schedule["epoch"] + 1, args.epochs + 1):
+        if shuffle is not None:
+            train_ids = read_ids(data / "ptb.train.txt", vocab, shuffle)
+        train_epoch(model, optimizer, groups, train_ids, epoch, args)
+        valid = valid_perplexity(model, valid_ids, unroll)
+        print(f"epoch {epoch}: valid ppl {valid:.1f}", flush=True)
+        if args.optimizer == "sgd" and valid > schedule["best"] - 1.0:  # Kim's rule: halve on a gain under 1
+            for group in optimizer.param_groups:
+                group["lr"] /= 2
+            print(f"lr {optimizer.param_groups[0]['lr']:g} from epoch {epoch + 1}", flush=True)
+        schedule = {"epoch": epoch, "best": min(schedule["best"], valid)}
+        if saved:
+            saved.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(saved) as tmp:
+                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
+                            "shuffle": shuffle.get_state() if shuffle is not None else None, "schedule": schedule}, tmp)
+    if schedule["epoch"] == args.epochs:
+        test = valid_perplexity(model, read_ids(data / "ptb.test.txt", vocab), unroll)
+        print(f"test ppl after epoch {args.epochs}: {test:.1f}", flush=True)
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=str(DATA))
     p.add_argument("--epochs", type=int, default=1)
@@ -179,19 +219,12 @@ def main() -> None:
     p.add_argument("--out", type=Path, help="save after every epoch to OUT/state.pt; rerunning the command continues")
     p.add_argument("--shuffle-sentences", action="store_true",
                    help="shuffle the training sentences each epoch before cutting the streams (as our biLM's batching)")
-    args = p.parse_args()
-    if args.dim != 300 and (args.char_cnn or args.elmo_lstm):
-        p.error("--dim sets the word model's width; --char-cnn and --elmo-lstm have the char model's 300")
-    torch.manual_seed(args.seed)
-    torch.set_num_threads(args.threads)
-    data, rows, unroll = Path(args.data), 20, 35
-    words = (data / "ptb.train.txt").read_text().replace("\n", " <eos> ").split()
-    names = sorted(set(words))
-    vocab = {w: i for i, w in enumerate(names)}
-    valid_ids = read_ids(data / "ptb.valid.txt", vocab)
-    shuffle = torch.Generator().manual_seed(args.seed) if args.shuffle_sentences else None
-    model = WordLM(names, dim=args.dim, bidirectional=args.bidirectional, elmo_lstm=args.elmo_lstm, char_cnn=args.char_cnn,
-                   kim_chars=args.kim_chars, char_projection=not args.no_char_projection)
+    return p
+
+
+def make_optimizer(model: WordLM, args) -> tuple[torch.optim.Optimizer, list[list[nn.Parameter]]]:
+    """SGD (the character encoder at its own rate) or Adagrad, and the parameter groups clipped apart
+    with --clip-separately: the character encoder's and the rest's."""
     chars = [p for name, p in model.named_parameters() if name.startswith("embed.encoder.")]
     rest = [p for name, p in model.named_parameters() if not name.startswith("embed.encoder.")]
     if args.optimizer == "sgd":
@@ -199,64 +232,55 @@ def main() -> None:
         optimizer = torch.optim.SGD([{"params": rest}, {"params": chars, "lr": lr * args.char_lr_scale}], lr=lr)
     else:
         optimizer = torch.optim.Adagrad(model.parameters(), lr=args.lr or 0.2, initial_accumulator_value=1.0)
-    groups = [chars, rest]
-    train_ids = read_ids(data / "ptb.train.txt", vocab)
-    schedule = {"epoch": 0, "best": math.inf}
-    saved = args.out / "state.pt" if args.out else None
-    if saved and saved.exists():
-        state = torch.load(saved, weights_only=False)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"])
-        if shuffle is not None:
-            shuffle.set_state(state["shuffle"])
-        schedule = state["schedule"]
-        print(f"continuing after epoch {schedule['epoch']} from {saved}", flush=True)
-    for epoch in range(schedule["epoch"] + 1, args.epochs + 1):
-        if shuffle is not None:
-            train_ids = read_ids(data / "ptb.train.txt", vocab, shuffle)
-        streams = train_ids[: len(train_ids) // rows * rows].view(rows, -1)
-        reversed_streams = streams.flip(1)  # the backward LM reads each row's text from its end
-        steps = (streams.shape[1] - 1) // unroll
-        states, back_states, total, norms = zero_states(rows, args.dim), zero_states(rows, args.dim), 0.0, 0.0
-        for step in range(steps):
-            window = slice(step * unroll, (step + 1) * unroll)
-            target = slice(step * unroll + 1, (step + 1) * unroll + 1)
-            logits, states = model(streams[:, window], states)
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), streams[:, target].reshape(-1))
-            objective = loss
-            if args.bidirectional:
-                logits, back_states = model(reversed_streams[:, window], back_states, backward=True)
-                back = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), reversed_streams[:, target].reshape(-1))
-                objective = 0.5 * (loss + back)
-            (objective * unroll).backward()
-            if args.clip_separately:
-                norm = sum(nn.utils.clip_grad_norm_(group, 5.0) ** 2 for group in groups) ** 0.5
-            else:
-                norm = nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-            norms += float(norm)
-            optimizer.step()
-            optimizer.zero_grad()
-            total += loss.item()
-            if (step + 1) % 50 == 0:
-                print(f"epoch {epoch} step {step + 1}: train ppl {math.exp(total / 50):.1f}, "
-                      f"mean gradient norm {norms / 50:.2f}", flush=True)
-                total = norms = 0.0
-        valid = valid_perplexity(model, valid_ids, unroll)
-        print(f"epoch {epoch}: valid ppl {valid:.1f}", flush=True)
-        if args.optimizer == "sgd" and valid > schedule["best"] - 1.0:  # Kim's rule: halve on a gain under 1
-            for group in optimizer.param_groups:
-                group["lr"] /= 2
-            print(f"lr {optimizer.param_groups[0]['lr']:g} from epoch {epoch + 1}", flush=True)
-        schedule = {"epoch": epoch, "best": min(schedule["best"], valid)}
-        if saved:
-            saved.parent.mkdir(parents=True, exist_ok=True)
-            with atomic_path(saved) as tmp:
-                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
-                            "shuffle": shuffle.get_state() if shuffle is not None else None, "schedule": schedule}, tmp)
-    if schedule["epoch"] == args.epochs:
-        test = valid_perplexity(model, read_ids(data / "ptb.test.txt", vocab), unroll)
-        print(f"test ppl after epoch {args.epochs}: {test:.1f}", flush=True)
+    return optimizer, [chars, rest]
+
+
+def resume(saved: Path | None, model: WordLM, optimizer, shuffle: torch.Generator | None) -> dict:
+    """The schedule ({"epoch", "best"}) after the last saved epoch, with the model, optimizer and random
+    states put back; epoch 0 when nothing was saved."""
+    if not (saved and saved.exists()):
+        return {"epoch": 0, "best": math.inf}
+    state = torch.load(saved, weights_only=False)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"])
+    if shuffle is not None:
+        shuffle.set_state(state["shuffle"])
+    print(f"continuing after epoch {state['schedule']['epoch']} from {saved}", flush=True)
+    return state["schedule"]
+
+
+def train_epoch(model: WordLM, optimizer, groups, train_ids: torch.Tensor, epoch: int, args, rows: int = 20,
+                unroll: int = 35) -> None:
+    """One pass over the text as `rows` contiguous streams in windows of `unroll` steps, the state carried;
+    the training perplexity and mean gradient norm printed every 50 steps."""
+    streams = train_ids[: len(train_ids) // rows * rows].view(rows, -1)
+    reversed_streams = streams.flip(1)  # the backward LM reads each row's text from its end
+    steps = (streams.shape[1] - 1) // unroll
+    states, back_states, total, norms = zero_states(rows, args.dim), zero_states(rows, args.dim), 0.0, 0.0
+    for step in range(steps):
+        window = slice(step * unroll, (step + 1) * unroll)
+        target = slice(step * unroll + 1, (step + 1) * unroll + 1)
+        logits, states = model(streams[:, window], states)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), streams[:, target].reshape(-1))
+        objective = loss
+        if args.bidirectional:
+            logits, back_states = model(reversed_streams[:, window], back_states, backward=True)
+            back = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), reversed_streams[:, target].reshape(-1))
+            objective = 0.5 * (loss + back)
+        (objective * unroll).backward()
+        if args.clip_separately:
+            norm = sum(nn.utils.clip_grad_norm_(group, 5.0) ** 2 for group in groups) ** 0.5
+        else:
+            norm = nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        norms += float(norm)
+        optimizer.step()
+        optimizer.zero_grad()
+        total += loss.item()
+        if (step + 1) % 50 == 0:
+            print(f"epoch {epoch} step {step + 1}: train ppl {math.exp(total / 50):.1f}, "
+                  f"mean gradient norm {norms / 50:.2f}", flush=True)
+            total = norms = 0.0
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ import os
 import platform
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,66 +24,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from benchlib import (HERE, SENTENCES, SPEED_WORKER, gemm_flops, gemm_flops_around, gpu_peak_mb, max_diff, options_for,
+                      random_model, run_json, save_results, sync, write_sentences)
 
 from elmo.training.presets import preset_options
-
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-SHARED = Path(os.environ.get("ELMO_SHARED", REPO.parent / "shared"))
-SENTENCES = SHARED / "data" / "wiki_corpus" / "valid.txt"
-
-
-def options_for(shape: str) -> dict:
-    """A preset's architecture (`elmo train --preset`), with the inference-time character table."""
-    options = preset_options(shape)
-    options["char_cnn"]["n_characters"] = 262
-    return {key: options[key] for key in ("lstm", "char_cnn")}
-
-
-def gemm_flops(threads: int, device: str = "cpu", dtype: torch.dtype = torch.float32, passes: int = 5) -> float:
-    """Measured GEMM FLOP/s at this thread count (CPU) or on this GPU: the machine's practical limit.
-
-    2048^3 on a CPU; 8192^3 on a GPU, where a smaller product cannot fill the chip. fp32 on a GPU is
-    full precision (no TF32), as our fp32 path computes it.
-    """
-    torch.set_num_threads(threads)
-    size = 8192 if device.startswith("cuda") else 2048
-    a = torch.randn(size, size, device=device).to(dtype)
-    b = torch.randn(size, size, device=device).to(dtype)
-    times = []
-    for _ in range(passes + 1):
-        _sync(device)
-        start = time.perf_counter()
-        torch.mm(a, b)
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return 2.0 * size**3 / statistics.median(times[1:])
-
-
-def gemm_flops_around(threads: int, device: str, precision: str, world: int = 1) -> float:
-    """The GEMM limit measured in the worker itself, on all the threads its row uses (rank 0 measures
-    while other ranks wait): this VM's rate drifts by up to 2x within minutes, so each row's fraction
-    of the limit is taken against the rate of its own minutes, not the one at the start of the run."""
-    if world > 1:
-        torch.distributed.barrier()
-    rate = None
-    if world == 1 or torch.distributed.get_rank() == 0:
-        torch.set_num_threads(threads * world)
-        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-        rate = gemm_flops(threads * world, device, dtype, passes=3)
-        torch.set_num_threads(threads)
-    if world > 1:
-        torch.distributed.barrier()
-    return rate
-
-
-def _sync(device: str) -> None:
-    if str(device).startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def _gpu_peak_mb(device: str) -> float | None:
-    return torch.cuda.max_memory_allocated() / 2**20 if str(device).startswith("cuda") else None
 
 
 # ---- workers (each in its own process) --------------------------------------------------------
@@ -118,7 +61,7 @@ def worker_embed(args) -> dict:
     tokens = sum(len(s) for s in sentences)
     return {"impl": "elmo", "order": args.order, "threads": args.threads, "precision": args.precision,
             "batch_size": args.batch_size, "tokens": tokens, "seconds": statistics.median(times),
-            "tokens_per_s": tokens / statistics.median(times), "passes": times, "gpu_peak_mb": _gpu_peak_mb(args.device),
+            "tokens_per_s": tokens / statistics.median(times), "passes": times, "gpu_peak_mb": gpu_peak_mb(args.device),
             "gemm_flops_before_after": limits}
 
 
@@ -164,10 +107,10 @@ def worker_train(args) -> dict:
     limits = [gemm_flops_around(args.threads, args.device, args.precision, world)]
     times, tokens = [], 0
     for _ in range(args.passes):
-        _sync(args.device)
+        sync(args.device)
         start = time.perf_counter()
         tokens = step()
-        _sync(args.device)
+        sync(args.device)
         times.append(time.perf_counter() - start)
     limits.append(gemm_flops_around(args.threads, args.device, args.precision, world))
     rss = distributed.gather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
@@ -175,7 +118,7 @@ def worker_train(args) -> dict:
     if rank != 0:
         return None
     return {"impl": "elmo", "threads": args.threads, "processes": world, "precision": args.precision,
-            "gpu_peak_mb": _gpu_peak_mb(args.device), "tokens_per_step": tokens * world, "vocab": len(vocab),
+            "gpu_peak_mb": gpu_peak_mb(args.device), "tokens_per_step": tokens * world, "vocab": len(vocab),
             "negatives": args.negatives, "seconds_per_step": statistics.median(times),
             "tokens_per_s": tokens * world / statistics.median(times), "passes": times,
             "peak_rss_mb": sum(rss), "gemm_flops_before_after": limits}  # memory: all processes together
@@ -207,22 +150,34 @@ def run_worker(argv: list[str]) -> None:
 
 # ---- orchestration ----------------------------------------------------------------------------
 
-def run_json(cmd: list[str]) -> dict:
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
-    if out.returncode != 0:
-        sys.exit(f"failed: {' '.join(cmd)}\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def max_diff(a_path: str, b_path: str) -> float:
-    a, b = np.load(a_path), np.load(b_path)
-    return max(float(np.abs(a[k] - b[k]).max()) if a[k].size else 0.0 for k in a.files)
-
-
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         run_worker(sys.argv[2:])
         return
+    args = _parser().parse_args()
+    if args.render:
+        results = json.loads(Path(args.render).read_text())
+        print(markdown_tables(results))
+        if args.plot:
+            plot(results, args.plot)
+        return
+    if not SENTENCES.exists():
+        sys.exit(f"needs {SENTENCES}")
+    work = Path(tempfile.mkdtemp(prefix="elmo-speed-"))
+    sentence_file, lines = write_sentences(work, args.sentences)
+    threads = [int(t) for t in args.threads.split(",")]
+    precisions = [x for x in args.precisions.split(",") if x]
+    out = Path(args.out) if args.out else HERE / "results" / f"speed-{args.device.split(':')[0]}.json"
+    results = start_results(args, lines, threads, precisions)
+    for shape in [s for s in args.shapes.split(",") if s]:
+        embedding_rows(args, shape, work, sentence_file, results, out)
+    if args.train_shapes:
+        training_rows(args, work, sentence_file, results, out)
+    save_results(results, out)
+    print(f"wrote {out}")
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--peer-python", help="python of the AllenNLP peer venv (../shared/tools/allennlp-peer-venv.sh DIR)")
     p.add_argument("--shapes", default="small,original", help="embedding shapes to time")
@@ -244,35 +199,16 @@ def main() -> None:
     p.add_argument("--render", metavar="JSON", help="measure nothing: print the markdown tables of a results file "
                    "(the ones in docs/performance.md) and draw its chart (--plot)")
     p.add_argument("--plot", metavar="PNG", help="with --render: where to write the bar chart")
-    args = p.parse_args()
-    if args.render:
-        results = json.loads(Path(args.render).read_text())
-        print(markdown_tables(results))
-        if args.plot:
-            plot(results, args.plot)
-        return
+    return p
 
-    from elmo import save_bilm
-    from elmo.bilm import BiLM
-    from elmo.options import BiLMConfig
-    from elmo.training.vocab import build_vocab, count_tokens, write_vocab
 
-    if not SENTENCES.exists():
-        sys.exit(f"needs {SENTENCES}")
-    work = Path(tempfile.mkdtemp(prefix="elmo-speed-"))
-    sentence_file = work / "sentences.txt"
-    lines = SENTENCES.read_text(encoding="utf-8").splitlines()[: args.sentences]
-    sentence_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    n_tokens = sum(len(line.split()) for line in lines)
-    threads = [int(t) for t in args.threads.split(",")]
-    processes = [int(n) for n in args.train_processes.split(",")]
-    precisions = [x for x in args.precisions.split(",") if x]
-    me = [sys.executable, str(HERE / "speed.py"), "worker"]
-    out = Path(args.out) if args.out else HERE / "results" / f"speed-{args.device.split(':')[0]}.json"
+def start_results(args, lines: list[str], threads: list[int], precisions: list[str]) -> dict:
+    """The results file's head: the machine, the text, and the GEMM limit at each thread count (printed)."""
     results = {"machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(),
                            "torch": torch.__version__, "device": args.device,
                            "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None},
-               "sentences": len(lines), "tokens": n_tokens, "batch_size": args.batch_size,
+               "sentences": len(lines), "tokens": sum(len(line.split()) for line in lines),
+               "batch_size": args.batch_size,
                "gemm_flops": {t: gemm_flops(t, args.device) for t in threads}, "embedding": [], "training": []}
     if "bf16" in precisions:
         results["gemm_flops_bf16"] = {t: gemm_flops(t, args.device, torch.bfloat16) for t in threads}
@@ -280,82 +216,85 @@ def main() -> None:
         print(f"GEMM limit, {t} thread(s): " + ", ".join(
             f"{p} {results['gemm_flops' + ('_bf16' if p == 'bf16' else '')][t] / 1e9:,.0f} GFLOP/s" for p in precisions),
             flush=True)
+    return results
 
-    def limit(t: int, precision: str, run: dict | None = None) -> float:
-        """The row's own GEMM rate (mean of its worker's measurements before and after timing), else the run's."""
-        if run and run.get("gemm_flops_before_after"):
-            return statistics.mean(run["gemm_flops_before_after"])
-        return results["gemm_flops_bf16" if precision == "bf16" else "gemm_flops"][t]
 
-    def save() -> None:  # after every row: an interrupted run keeps what it measured
-        out.parent.mkdir(exist_ok=True)
-        tmp = out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(results, indent=2) + "\n")
-        tmp.replace(out)
+def row_limit(results: dict, t: int, precision: str, run: dict | None = None) -> float:
+    """The row's own GEMM rate (mean of its worker's measurements before and after timing), else the run's."""
+    if run and run.get("gemm_flops_before_after"):
+        return statistics.mean(run["gemm_flops_before_after"])
+    return results["gemm_flops_bf16" if precision == "bf16" else "gemm_flops"][t]
 
-    for shape in [s for s in args.shapes.split(",") if s]:
-        torch.manual_seed(0)
-        options = options_for(shape)
-        model_dir = work / shape
-        model_dir.mkdir()
-        config = BiLMConfig.from_options(options)
-        save_bilm(BiLM(config), model_dir / "options.json", model_dir / "weights.hdf5")
-        flops = config.forward_flops_per_token
-        for t in threads:
-            for order in ("file", "sorted"):
-                common = ["--options", str(model_dir / "options.json"), "--weights", str(model_dir / "weights.hdf5"),
-                          "--sentences", str(sentence_file), "--threads", str(t), "--order", order,
-                          "--passes", str(args.passes), "--batch-size", str(args.batch_size)]
-                dumps = {p: str(work / f"{shape}-{p}.npz") for p in precisions}
-                peer_dump = str(work / f"{shape}-peer.npz")
-                for precision in precisions:
-                    ours = run_json(me + ["embed", "--device", args.device, "--precision", precision,
-                                          "--dump", dumps[precision]] + common)
-                    ours["gemm_limit"] = limit(t, precision, ours)
-                    ours["fraction_of_gemm_limit"] = ours["tokens_per_s"] * flops / ours["gemm_limit"]
-                    row = {"shape": shape, "threads": t, "order": order, "precision": precision,
-                           "flops_per_token": flops, "ours": ours}
-                    if precision != "fp32" and "fp32" in dumps:
-                        row["max_abs_diff_vs_fp32"] = max_diff(dumps[precision], dumps["fp32"])
-                    if args.peer_python and precision == "fp32":
-                        peer = run_json([args.peer_python, str(HERE / "allennlp_worker.py"), "--dump", peer_dump]
-                                        + common)
-                        peer["fraction_of_gemm_limit"] = peer["tokens_per_s"] * flops / ours["gemm_limit"]
-                        row.update(allennlp=peer, speedup=ours["tokens_per_s"] / peer["tokens_per_s"],
-                                   max_abs_diff=max_diff(dumps[precision], peer_dump))
-                    results["embedding"].append(row)
-                    print_embedding_row(row)
-                    save()
 
-    if args.train_shapes:
-        corpus = [str(SENTENCES), str(SENTENCES.with_name("test.txt"))]
-        vocab_file = work / "vocab.txt"
-        write_vocab(build_vocab(count_tokens(corpus), 1, None), vocab_file)
-        for shape in args.train_shapes.split(","):
-            options = preset_options(shape)
-            options_file = work / f"train-{shape}.json"
-            options_file.write_text(json.dumps(options))
-            negatives = args.train_negatives or options.get("n_negative_samples_batch", 8192)
-            flops = BiLMConfig.from_options(options).train_flops_per_token(negatives)
-            for t, procs, precision in itertools.product(threads, processes, precisions):
-                if t % procs or (procs > 1 and args.device != "cpu"):
-                    continue
-                launch = me if procs == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                                f"--nproc_per_node={procs}", str(HERE / "speed.py"), "worker"]
-                got = run_json(launch + ["train", "--options", str(options_file), "--vocab", str(vocab_file),
-                                         "--sentences", str(sentence_file), "--threads", str(t // procs), "--passes",
-                                         str(args.train_steps), "--negatives", str(negatives), "--device", args.device,
-                                         "--precision", precision])
-                got["gemm_limit"] = limit(t, precision, got)
-                got["fraction_of_gemm_limit"] = got["tokens_per_s"] * flops / got["gemm_limit"]
-                row = {"shape": shape, "threads": t, "processes": procs, "precision": precision,
-                       "flops_per_token": flops, "ours": got}
-                results["training"].append(row)
-                print(f"train {shape:8s} threads={t} processes={procs} {precision} {got['tokens_per_s']:8.0f} tok/s "
-                      f"({got['fraction_of_gemm_limit']:.0%} of {around(got)}, {got['peak_rss_mb']:.0f} MB)", flush=True)
-                save()
-    save()
-    print(f"wrote {out}")
+def embedding_rows(args, shape: str, work: Path, sentence_file: Path, results: dict, out: Path) -> None:
+    """Embedding rows of one shape (random weights, seed 0): each thread count, order and precision, ours and
+    (fp32, with --peer-python) AllenNLP's on the same files; saved after every row."""
+    from elmo.options import BiLMConfig
+
+    options, weights = random_model(shape, work / shape)
+    flops = BiLMConfig.from_options(options_for(shape)).forward_flops_per_token
+    precisions = [x for x in args.precisions.split(",") if x]
+    for t in [int(t) for t in args.threads.split(",")]:
+        for order in ("file", "sorted"):
+            common = ["--options", str(options), "--weights", str(weights),
+                      "--sentences", str(sentence_file), "--threads", str(t), "--order", order,
+                      "--passes", str(args.passes), "--batch-size", str(args.batch_size)]
+            dumps = {p: str(work / f"{shape}-{p}.npz") for p in precisions}
+            peer_dump = str(work / f"{shape}-peer.npz")
+            for precision in precisions:
+                ours = run_json(SPEED_WORKER + ["embed", "--device", args.device, "--precision", precision,
+                                                "--dump", dumps[precision]] + common)
+                ours["gemm_limit"] = row_limit(results, t, precision, ours)
+                ours["fraction_of_gemm_limit"] = ours["tokens_per_s"] * flops / ours["gemm_limit"]
+                row = {"shape": shape, "threads": t, "order": order, "precision": precision,
+                       "flops_per_token": flops, "ours": ours}
+                if precision != "fp32" and "fp32" in dumps:
+                    row["max_abs_diff_vs_fp32"] = max_diff(dumps[precision], dumps["fp32"])
+                if args.peer_python and precision == "fp32":
+                    peer = run_json([args.peer_python, str(HERE / "allennlp_worker.py"), "--dump", peer_dump] + common)
+                    peer["fraction_of_gemm_limit"] = peer["tokens_per_s"] * flops / ours["gemm_limit"]
+                    row.update(allennlp=peer, speedup=ours["tokens_per_s"] / peer["tokens_per_s"],
+                               max_abs_diff=max_diff(dumps[precision], peer_dump))
+                results["embedding"].append(row)
+                print_embedding_row(row)
+                save_results(results, out)
+
+
+def training_rows(args, work: Path, sentence_file: Path, results: dict, out: Path) -> None:
+    """Training-step rows of each --train-shapes preset: each thread count, process count (torchrun) and
+    precision; saved after every row."""
+    from elmo.options import BiLMConfig
+    from elmo.training.vocab import build_vocab, count_tokens, write_vocab
+
+    corpus = [str(SENTENCES), str(SENTENCES.with_name("test.txt"))]
+    vocab_file = work / "vocab.txt"
+    write_vocab(build_vocab(count_tokens(corpus), 1, None), vocab_file)
+    threads = [int(t) for t in args.threads.split(",")]
+    processes = [int(n) for n in args.train_processes.split(",")]
+    precisions = [x for x in args.precisions.split(",") if x]
+    for shape in args.train_shapes.split(","):
+        options = preset_options(shape)
+        options_file = work / f"train-{shape}.json"
+        options_file.write_text(json.dumps(options))
+        negatives = args.train_negatives or options.get("n_negative_samples_batch", 8192)
+        flops = BiLMConfig.from_options(options).train_flops_per_token(negatives)
+        for t, procs, precision in itertools.product(threads, processes, precisions):
+            if t % procs or (procs > 1 and args.device != "cpu"):
+                continue
+            launch = SPEED_WORKER if procs == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                                      f"--nproc_per_node={procs}", str(HERE / "speed.py"), "worker"]
+            got = run_json(launch + ["train", "--options", str(options_file), "--vocab", str(vocab_file),
+                                     "--sentences", str(sentence_file), "--threads", str(t // procs), "--passes",
+                                     str(args.train_steps), "--negatives", str(negatives), "--device", args.device,
+                                     "--precision", precision])
+            got["gemm_limit"] = row_limit(results, t, precision, got)
+            got["fraction_of_gemm_limit"] = got["tokens_per_s"] * flops / got["gemm_limit"]
+            row = {"shape": shape, "threads": t, "processes": procs, "precision": precision,
+                   "flops_per_token": flops, "ours": got}
+            results["training"].append(row)
+            print(f"train {shape:8s} threads={t} processes={procs} {precision} {got['tokens_per_s']:8.0f} tok/s "
+                  f"({got['fraction_of_gemm_limit']:.0%} of {around(got)}, {got['peak_rss_mb']:.0f} MB)", flush=True)
+            save_results(results, out)
 
 
 def markdown_tables(results: dict) -> str:

@@ -1,5 +1,5 @@
 """The code's shape, checked: no import cycle among the package's modules, layers that only look down,
-no function over 80 lines."""
+no function over 80 lines (src/, scripts/, benchmarks/), no module of the package over 450 lines."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from conftest import REPO
 
 SRC = REPO / "src"
 MAX_FUNCTION_LINES = 80
+MAX_MODULE_LINES = 450
 
 
 def module_name(path: Path) -> str:
@@ -166,4 +167,18 @@ def long_functions(root: Path) -> list[str]:
 
 
 def test_no_function_over_80_lines():
-    assert long_functions(SRC) + long_functions(REPO / "scripts") == []
+    assert long_functions(SRC) + long_functions(REPO / "scripts") + long_functions(REPO / "benchmarks") == []
+
+
+def long_modules(root: Path) -> list[str]:
+    return [f"{path.relative_to(REPO)} ({lines} lines)" for path in sorted(root.rglob("*.py"))
+            if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES]
+
+
+def test_the_length_checks_find_a_long_function_and_a_long_module(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    body = "".join(f"    x = {i}\n" for i in range(MAX_FUNCTION_LINES))  # with its def line: one too many
+    (tmp_path / "long.py").write_text("def f():\n" + body + "\n" * (MAX_MODULE_LINES - MAX_FUNCTION_LINES))
+    (tmp_path / "short.py").write_text("def g():\n" + body[: -len("    x = 79\n")])
+    assert long_functions(tmp_path) == ["long.py:1 f (81 lines)"]
+    assert long_modules(tmp_path) == [f"long.py ({MAX_MODULE_LINES + 1} lines)"]
