@@ -1,8 +1,9 @@
-"""options.json read into a BiLMConfig: its checks, and the size and FLOP arithmetic the benchmarks and the
-ELMoForManyLangs loader take from it."""
+"""options.json read into a BiLMConfig: its checks (bad files refused as ModelFileError, a ValueError), and the size
+and FLOP arithmetic the benchmarks and the ELMoForManyLangs loader take from it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from elmo.bilm import BiLM
 from elmo.errors import ModelFileError
 from elmo.flops import forward_flops_per_token, train_flops_per_token
 from elmo.manylangs import load_manylangs
-from elmo.options import BiLMConfig, config_int
+from elmo.options import BiLMConfig, config_int, read_options
 
 MANYLANGS = Path(__file__).parent / "fixtures" / "manylangs"
 SMALL = {"lstm": {"dim": 8, "projection_dim": 4, "n_layers": 1},
@@ -50,3 +51,51 @@ def test_config_int_names_the_key_and_the_range():
         config_int({"dim": 9}, "dim", "encoder", "c.json", maximum=8)
     with pytest.raises(ModelFileError, match=r"missing key 'lstm.dim'"):
         config_int({}, "dim", "lstm", "o.json")
+
+
+# ---- bad options.json files (moved from test_weights.py and test_reliability.py) ----------------------------------
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{not json", r"o\.json: options file is not valid JSON \(line 1, column 2"),
+        ("[1, 2]", r"o\.json: expected a JSON object, found list"),
+        ('{"lstm": {}}', r"o\.json: expected an object 'char_cnn'"),
+        ('{"lstm": {"projection_dim": 4}, "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 4]]}}',
+         r"o\.json: missing key 'lstm\.dim'"),
+        ('{"lstm": {"dim": 8}, "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, "x"]]}}',
+         r"'char_cnn\.filters' must be a non-empty list of \[width, count\] pairs"),
+        ('{"lstm": {"dim": 8}, "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 4]], "activation": "gelu"}}',
+         r"'char_cnn\.activation' must be 'relu' or 'tanh', found 'gelu'"),
+        ('{"lstm": {"dim": 8}, "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 4]], "n_characters": 300}}',
+         r"'char_cnn\.n_characters' must be 261 or 262, found 300"),
+    ],
+)
+def test_bad_options_files(tmp_path, text, message):
+    path = tmp_path / "o.json"
+    path.write_text(text)
+    with pytest.raises(ModelFileError, match=message):
+        read_options(path)
+
+
+def test_options_not_utf8_or_missing(tmp_path):
+    path = tmp_path / "o.json"
+    path.write_bytes(b"\x89HDF\r\n\x1a\n\xff\xfe")
+    with pytest.raises(ModelFileError, match=r"o\.json: options file is not UTF-8 text"):
+        read_options(path)
+    with pytest.raises(ModelFileError, match=r"missing\.json: options file not found") as caught:
+        read_options(tmp_path / "missing.json")
+    assert isinstance(caught.value, FileNotFoundError)
+
+
+
+@pytest.mark.parametrize("section,key,value", [("lstm", "dim", 10**400), ("lstm", "n_layers", 2**40),
+                                               ("char_cnn", "n_highway", 10**400),
+                                               ("char_cnn", "filters", [[1, 10**400]])])
+def test_absurd_numbers_in_options_are_one_line(tmp_path, section, key, value):
+    options, raw = tmp_path / "options.json", json.loads(json.dumps(MICRO))
+    raw[section][key] = value
+    options.write_text(json.dumps(raw))
+    with pytest.raises(ModelFileError, match=f"options.json: 'char_cnn.{key}|lstm.{key}' must be") as e:
+        read_options(options)
+    assert len(str(e.value)) < 300

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from elmo import ModelFileError, batch_to_ids, load_bilm, read_options, save_bilm
+from elmo import ModelFileError, batch_to_ids, load_bilm, save_bilm
 from elmo.weights import dataset_map
 
 SENTENCES = [["The", "cat", "sat", "."], ["Hello", "world"], []]
@@ -133,38 +133,6 @@ def test_nan_weights_are_refused(tmp_path, allennlp_dir):
     copy_weights(allennlp_dir / "lm_weights.hdf5", bad, replace=("CNN_proj/b_proj", data))
     with pytest.raises(ModelFileError, match=r"'CNN_proj/b_proj' contains NaN"):
         load_bilm(allennlp_dir / "options.json", bad)
-
-
-@pytest.mark.parametrize(
-    "text, message",
-    [
-        ("{not json", r"o\.json: options file is not valid JSON \(line 1, column 2"),
-        ("[1, 2]", r"o\.json: expected a JSON object, found list"),
-        ('{"lstm": {}}', r"o\.json: expected an object 'char_cnn'"),
-        ('{"lstm": {"projection_dim": 4}, "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 4]]}}',
-         r"o\.json: missing key 'lstm\.dim'"),
-        ('{"lstm": {"dim": 8}, "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, "x"]]}}',
-         r"'char_cnn\.filters' must be a non-empty list of \[width, count\] pairs"),
-        ('{"lstm": {"dim": 8}, "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 4]], "activation": "gelu"}}',
-         r"'char_cnn\.activation' must be 'relu' or 'tanh', found 'gelu'"),
-        ('{"lstm": {"dim": 8}, "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 4]], "n_characters": 300}}',
-         r"'char_cnn\.n_characters' must be 261 or 262, found 300"),
-    ],
-)
-def test_bad_options_files(tmp_path, text, message):
-    path = tmp_path / "o.json"
-    path.write_text(text)
-    with pytest.raises(ModelFileError, match=message):
-        read_options(path)
-
-
-def test_options_not_utf8_or_missing(tmp_path):
-    path = tmp_path / "o.json"
-    path.write_bytes(b"\x89HDF\r\n\x1a\n\xff\xfe")
-    with pytest.raises(ModelFileError, match=r"o\.json: options file is not UTF-8 text"):
-        read_options(path)
-    with pytest.raises(ModelFileError, match=r"missing\.json: options file not found"):
-        read_options(tmp_path / "missing.json")
 
 
 def test_save_bilm_creates_its_folder(allennlp_dir, tmp_path):
