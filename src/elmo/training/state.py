@@ -11,11 +11,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from . import TrainingError, distributed
+from .batchers import Batcher
 from .checkpoint import load_into, save_checkpoint
 from .model import LanguageModel, States
 from .settings import check
@@ -27,7 +27,7 @@ class TrainingState:
 
     model: LanguageModel
     optimizer: torch.optim.Optimizer
-    batcher: Any  # data.make_batcher's: next_batch(), state(), restore()
+    batcher: Batcher  # make_batcher's: one of the four (batchers.py)
     generator: torch.Generator  # the sampled softmax's negatives
     device: torch.device
     rank: int = 0
