@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .chars import BOS_IDS, EOS_IDS, N_CODES, PAD_CHAR, batch_to_ids
+from .errors import InputError
 from .options import BiLMConfig
 
 LstmState = tuple[torch.Tensor, torch.Tensor]  # (c, h), each (rows, width)
@@ -536,11 +537,11 @@ class BiLM(nn.Module):
             if char_ids is None or char_ids.dim() != 3 or char_ids.shape[-1] != width:
                 shape = None if char_ids is None else tuple(char_ids.shape)
                 what = "character ids" if self.lexicon is None else "token ids (from bilm.batch_to_ids)"
-                raise ValueError(f"expected {what} of shape (batch, tokens, {width}), found {shape}")
+                raise InputError(f"expected {what} of shape (batch, tokens, {width}), found {shape}")
             mask = (char_ids > 0).any(-1)
             token_vectors = self.token_vectors(char_ids, mask)
         elif mask is None:
-            raise ValueError("token_vectors needs its mask")
+            raise InputError("token_vectors needs its mask")
         bos, eos = self.boundary_vectors()
         x, mask = add_sentence_boundaries(token_vectors, mask, bos, eos)
         x = x * mask.unsqueeze(-1).to(x.dtype)
