@@ -122,11 +122,14 @@ def create_app(lab: LabModels, ref: ReferenceSet, limits: Limits = Limits(),
     async def index(request: Request) -> FileResponse:
         return FileResponse(STATIC / "index.html")
 
-    async def get_info(request: Request) -> JSONResponse:
-        return JSONResponse(info)
+    # Rendered once: these light answers cost the event loop a copy, not a JSON encoding of every point.
+    info_body, views_body = JSONResponse(info).body, JSONResponse(views).body
 
-    async def get_layers(request: Request) -> JSONResponse:
-        return JSONResponse(views)
+    async def get_info(request: Request) -> Response:
+        return Response(info_body, media_type="application/json")
+
+    async def get_layers(request: Request) -> Response:
+        return Response(views_body, media_type="application/json")
 
     async def get_results(request: Request) -> JSONResponse:
         return JSONResponse(panels_tasks.results(lab, ref, {}, limits))
