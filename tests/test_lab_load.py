@@ -214,11 +214,19 @@ def test_a_wildcard_bind_answers_only_addresses_and_named_hosts(lab, host, statu
         server.close()
 
 
-def test_allowed_host_takes_names_not_patterns(capsys):
+def test_load_flags_are_checked_and_allowed_host_takes_names_not_patterns(capsys):
     from elmo.cli import main
 
     for bad in ("*", "lab.example:80", "http://lab.example"):
         assert main(["lab", "--host", "0.0.0.0", "--allowed-host", bad, "--no-browser"]) == 2
         assert "give one host name" in capsys.readouterr().err
+    for flags, message in ((["--max-running", "0"], "expected a whole number >= 1"),
+                           (["--max-waiting", "-1"], "expected a whole number >= 0"),
+                           (["--max-connections", "x"], "expected a whole number >= 1")):
+        with pytest.raises(SystemExit):
+            main(["lab", *flags, "--no-browser"])
+        assert message in capsys.readouterr().err
+    assert main(["lab", "--header-timeout", "nan", "--no-browser"]) == 2
+    assert "--header-timeout nan: must be above 0" in capsys.readouterr().err
     names = host_names("::", [])
     assert {"localhost", "127.0.0.1", "::1", socket.gethostname().lower()} <= names and "" not in names
