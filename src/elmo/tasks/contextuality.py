@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..embedder import Embedder
+from ..errors import InputError
 from .wsd_data import read_gold_keys, read_raganato_xml
 
 # Classic ambiguous English words (nouns and verbs with distinct senses in WordNet).
@@ -83,7 +84,7 @@ def read_sense_set(path: str | os.PathLike) -> dict[str, list[Occurrence]]:
             for item in sense["sentences"]:
                 tokens, index = item["sentence"].split(), item["index"]
                 if not 0 <= index < len(tokens) or tokens[index] != word:
-                    raise ValueError(f"{path}: {word!r} is not token {index} of {item['sentence']!r}")
+                    raise InputError(f"{path}: {word!r} is not token {index} of {item['sentence']!r}")
                 chosen[word].append(Occurrence(word, sense["sense"], tokens, index))
     return chosen
 

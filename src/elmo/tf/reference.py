@@ -12,6 +12,7 @@ import hashlib
 import os
 from pathlib import Path
 
+from elmo.errors import ModelFileError
 from elmo.layout import OPTIONS_NAME, WEIGHTS_NAME
 from elmo.tf.checkpoint import checkpoint_prefix, is_checkpoint_prefix
 
@@ -93,7 +94,7 @@ def checkpoint_from_files(files: dict[str, Path], prefix_name: str) -> Path:
 
     missing = [role for role in CHECKPOINT_ROLES[:3] if role not in files]
     if missing:
-        raise ValueError(f"a TensorFlow checkpoint entry needs the files {CHECKPOINT_ROLES[:3]}; missing {missing}")
+        raise ModelFileError(f"a TensorFlow checkpoint entry needs the files {CHECKPOINT_ROLES[:3]}; missing {missing}")
     key = prefix_name + "\n" + "\n".join(f"{role}={_stamp(files.get(role))}" for role in CHECKPOINT_ROLES)
     folder = cache_root() / "local" / (CACHE_PREFIX + "files-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:32])
     run = folder / "run"
