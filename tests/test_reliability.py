@@ -101,7 +101,7 @@ def test_lab_refuses_a_crafted_ner_model_and_preset(tmp_path, capsys):
     from elmo.cli import main
 
     zipped = crafted_files(tmp_path, tmp_path / "ran", {"format": CHECKPOINT_FORMAT})[0]
-    pytest.importorskip("uvicorn")
+    pytest.importorskip("uvicorn", reason="elmo lab needs the lab extra (uvicorn): pip install -e '.[lab]'")
     for flags in (["--ner", str(zipped)], ["--preset", f"NER={zipped}"]):
         assert main(["lab", "--no-browser", "--port", "0", "--reference-size", "small", *flags]) == 2
         err = capsys.readouterr().err
