@@ -67,7 +67,8 @@ def model_flags(d: Path) -> list[str]:
 def need(path: Path) -> Path:
     """Skip (with the reason) when a shared file is absent; CI has ../shared, so there it runs."""
     if not path.exists():
-        pytest.skip(f"needs {path} (the project's shared fixtures/data beside the checkout)")
+        pytest.skip(f"needs {path} (the project's shared fixtures/data beside the checkout; "
+                    "scripts/get_test_data.py fetches those with a public source)")
     return path
 
 
