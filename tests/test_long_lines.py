@@ -10,6 +10,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from conftest import model_flags
 
 from elmo import Embedder
 from elmo.cli import main as cli_main
@@ -118,10 +119,6 @@ def test_memory_is_the_output_and_one_window(skip_model, one_thread, monkeypatch
 
 # `elmo embed`: long lines routed through windows, line limits, bounded sentence_to_index keys.
 
-def model_args(d: Path) -> list[str]:
-    return ["--options", str(d / "options.json"), "--weights", str(d / "lm_weights.hdf5")]
-
-
 def write_text(path: Path, lines: list[list[str]]) -> Path:
     path.write_text("".join(" ".join(line) + "\n" for line in lines), encoding="utf-8")
     return path
@@ -138,7 +135,7 @@ def test_embed_routes_a_long_line_through_windows(tmp_path, allennlp_dir, skip_m
                         or real(bilm, tokens, *a))
     lines = [words(4), words(LONG_LINE_WINDOW * 2 + 77, 5), [], words(LONG_LINE_WINDOW, 6), words(9, 7)]
     text, out = write_text(tmp_path / "in.txt", lines), tmp_path / "out.hdf5"
-    assert cli_main(["embed", str(text), str(out), *model_args(allennlp_dir), *(["--stateful"] * stateful)]) == 0
+    assert cli_main(["embed", str(text), str(out), *model_flags(allennlp_dir), *(["--stateful"] * stateful)]) == 0
     assert calls == ([] if stateful else [LONG_LINE_WINDOW * 2 + 77])  # --stateful runs every line in one piece
     with h5py.File(out, "r") as f:
         index = json.loads(f["sentence_to_index"][0])
@@ -160,7 +157,7 @@ def test_a_line_over_the_token_limit_is_refused_by_number_before_any_work(tmp_pa
         monkeypatch.setattr(module, "embed_lines", lambda *a, **k: pytest.fail("embedding started"))
     text = write_text(tmp_path / "in.txt", [words(3), words(3, 1), words(101, 2), words(3, 3)])
     out = tmp_path / "out.hdf5"
-    flags = [*model_args(allennlp_dir), "--max-line-tokens", "100", *(["--stateful"] * stateful)]
+    flags = [*model_flags(allennlp_dir), "--max-line-tokens", "100", *(["--stateful"] * stateful)]
     assert cli_main(["embed", str(text), str(out), *flags]) == 2
     err = capsys.readouterr().err
     assert f"{text}, line 3: 101 tokens, more than the 100 allowed in one line" in err
@@ -176,10 +173,10 @@ def test_the_default_token_limit_and_bad_limits(tmp_path, allennlp_dir, capsys):
 
     assert LineLimits().max_tokens == MAX_LINE_TOKENS == 100_000
     text = write_text(tmp_path / "in.txt", [["a"] * (MAX_LINE_TOKENS + 1)])
-    assert cli_main(["embed", str(text), str(tmp_path / "out.hdf5"), *model_args(allennlp_dir)]) == 2
+    assert cli_main(["embed", str(text), str(tmp_path / "out.hdf5"), *model_flags(allennlp_dir)]) == 2
     assert "line 1: 100,001 tokens, more than the 100,000 allowed" in capsys.readouterr().err
     for flag in ("--max-line-tokens", "--max-line-bytes"):
-        assert cli_main(["embed", str(text), str(tmp_path / "out.hdf5"), *model_args(allennlp_dir), flag, "0"]) == 2
+        assert cli_main(["embed", str(text), str(tmp_path / "out.hdf5"), *model_flags(allennlp_dir), flag, "0"]) == 2
         assert f"{flag} must be a positive integer, found 0" in capsys.readouterr().err
 
 
@@ -187,7 +184,7 @@ def test_the_default_token_limit_and_bad_limits(tmp_path, allennlp_dir, capsys):
 def test_a_line_over_the_byte_limit_names_the_line_and_the_flag(tmp_path, allennlp_dir, capsys, stateful):
     text = write_text(tmp_path / "in.txt", [["a", "b"], ["word"] * 300, ["c"]])  # line 2: 1,500 bytes
     out = tmp_path / "out.hdf5"
-    flags = [*model_args(allennlp_dir), *(["--stateful"] * stateful)]
+    flags = [*model_flags(allennlp_dir), *(["--stateful"] * stateful)]
     assert cli_main(["embed", str(text), str(out), *flags, "--max-line-bytes", "1000"]) == 2
     err = capsys.readouterr().err
     assert f"{text}, line 2: longer than 1,000 bytes" in err and "--max-line-bytes raises the limit" in err
@@ -213,7 +210,7 @@ def test_sentence_to_index_holds_a_bounded_key_per_line(tmp_path, allennlp_dir, 
     monkeypatch.setattr(embed_file_module, "MAX_INDEX_KEY_CHARS", 100)
     lines = [words(5), words(200, 8), words(6, 9)]
     text, out = write_text(tmp_path / "in.txt", lines), tmp_path / "out.hdf5"
-    assert cli_main(["embed", str(text), str(out), *model_args(allennlp_dir), *(["--stateful"] * stateful)]) == 0
+    assert cli_main(["embed", str(text), str(out), *model_flags(allennlp_dir), *(["--stateful"] * stateful)]) == 0
     with h5py.File(out, "r") as f:
         index = json.loads(f["sentence_to_index"][0])
     long_line = " ".join(lines[1])
