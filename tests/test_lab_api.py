@@ -24,7 +24,7 @@ from test_lab_support import (
     write_test_softmax,
 )
 
-from elmo import Embedder, ScalarMix, batch_to_ids, load_bilm
+from elmo import ScalarMix, batch_to_ids, load_bilm
 from elmo.chars import token_to_ids
 from elmo.cli.lab import SIZES
 from elmo.lab import LabModels, ReferenceSpec, build_reference
@@ -79,11 +79,6 @@ def lab(files, tmp_path_factory):
 @pytest.fixture(scope="module")
 def client(lab):
     return TestClient(create_app(*lab, Limits(max_body_bytes=4096, max_tokens=30, max_sentences=5)), base_url=LAB_URL)
-
-
-@pytest.fixture(scope="module")
-def embedder(files):
-    return Embedder.from_files(files.options, files.weights)
 
 
 def bank_vectors(embedder):
