@@ -99,3 +99,13 @@ def test_absurd_numbers_in_options_are_one_line(tmp_path, section, key, value):
     with pytest.raises(ModelFileError, match=f"options.json: 'char_cnn.{key}|lstm.{key}' must be") as e:
         read_options(options)
     assert len(str(e.value)) < 300
+
+
+def test_parsing_options_never_looks_at_the_host_building_the_model_does():
+    """options.py only parses (#54 item 2): an architecture too big for this machine reads fine and is refused,
+    with the source and its sizes, where its weights would be allocated."""
+    huge = {**SMALL, "lstm": {"dim": 2_000_000_000, "projection_dim": 4, "n_layers": 1}}
+    config = BiLMConfig.from_options(huge, source="huge.json")
+    assert config.dim == 2_000_000_000 and config.source == "huge.json"
+    with pytest.raises(ModelFileError, match=r"^huge\.json: this architecture has .* more than this machine's"):
+        BiLM(config)

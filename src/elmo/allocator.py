@@ -17,6 +17,9 @@ import ctypes.util
 import os
 import sys
 
+from .errors import ModelFileError
+from .options import BiLMConfig
+
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
 _applied = False
@@ -40,3 +43,22 @@ def keep_freed_memory() -> bool:
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     _applied = bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
     return _applied
+
+
+def physical_memory() -> int | None:
+    """Bytes of RAM, where the OS says (None elsewhere: no check)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_fits_memory(config: BiLMConfig) -> None:
+    """Refuse an architecture whose float32 weights alone exceed this machine's memory, with the sizes,
+    instead of letting torch fail on a huge allocation (called where a BiLM is built)."""
+    need, memory = 4 * config.parameter_count(), physical_memory()
+    if memory is not None and need > memory:
+        raise ModelFileError(f"{config.source}: this architecture has {need // 4:,} parameters ({need / 2**30:,.1f} "
+                             f"GiB as float32), more than this machine's {memory / 2**30:,.1f} GiB of memory "
+                             f"(lstm.dim {config.dim}, lstm.projection_dim {config.projection_dim}, "
+                             f"{config.n_filters} char-CNN filters)")

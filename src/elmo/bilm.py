@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .allocator import check_fits_memory
 from .chars import BOS_IDS, EOS_IDS, N_CODES, PAD_CHAR, batch_to_ids
 from .errors import InputError
 from .options import BiLMConfig
@@ -485,6 +486,7 @@ class BiLM(nn.Module):
     def __init__(self, config: BiLMConfig, char_rows: int = N_CODES, stateful: bool = False,
                  lexicon: Lexicon | None = None):
         super().__init__()
+        check_fits_memory(config)
         self.config = config
         self.lexicon = lexicon
         self.char_encoder = CharEncoder(config, char_rows)

@@ -53,6 +53,7 @@ class BiLMConfig:
     use_skip_connections: bool
     raw: dict
     token_input: TokenInput | None = field(default=None, repr=False)
+    source: str = field(default="the options", repr=False, compare=False)  # the file, for error messages
 
     @property
     def n_filters(self) -> int:
@@ -138,8 +139,8 @@ class BiLMConfig:
             proj_clip=config_clip(lstm, "proj_clip", "lstm", source),
             use_skip_connections=skip,
             raw=copy.deepcopy(options),
+            source=source,
         )
-        config.check_size(source)
         return config
 
     @property
@@ -178,24 +179,6 @@ class BiLMConfig:
     def train_flops_per_token(self, negatives: int) -> float:
         """Forward FLOPs plus both directions' sampled-softmax logits, times 3 for forward + backward."""
         return 3.0 * (self.forward_flops_per_token + 2 * 2 * self.projection_dim * (negatives + 1))
-
-    def check_size(self, source: str) -> None:
-        """Refuse an architecture whose float32 weights alone exceed this machine's memory, with the sizes,
-        instead of letting torch fail on a huge allocation."""
-        need, memory = 4 * self.parameter_count(), physical_memory()
-        if memory is not None and need > memory:
-            raise ModelFileError(f"{source}: this architecture has {need // 4:,} parameters ({need / 2**30:,.1f} GiB "
-                                 f"as float32), more than this machine's {memory / 2**30:,.1f} GiB of memory "
-                                 f"(lstm.dim {self.dim}, lstm.projection_dim {self.projection_dim}, "
-                                 f"{self.n_filters} char-CNN filters)")
-
-
-def physical_memory() -> int | None:
-    """Bytes of RAM, where the OS says (None elsewhere: no check)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return None
 
 
 # The checks of a model's JSON config, shared by options.json and ELMoForManyLangs' architecture JSON:
