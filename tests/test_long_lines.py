@@ -10,6 +10,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+import torch
 from conftest import model_flags
 
 from elmo import Embedder
@@ -216,3 +217,19 @@ def test_sentence_to_index_holds_a_bounded_key_per_line(tmp_path, allennlp_dir, 
     long_line = " ".join(lines[1])
     assert index == {" ".join(lines[0]): "0", embed_file_module.index_key(long_line): "1", " ".join(lines[2]): "2"}
     assert long_line not in index and max(map(len, index)) < 300
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_windows_equal_one_piece_on_a_gpu(allennlp_dir):
+    embedder = Embedder.from_files(allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5", device="cuda")
+    assert_windows_equal_one_piece(embedder, words(1001), [64, 1000])
+
+
+def test_the_memory_benchmark_writes_one_line_of_the_asked_length(tmp_path):
+    from conftest import DATA, load_script, need
+
+    need(DATA / "wiki_corpus" / "train.txt.gz")
+    bench = load_script("benchmarks/embed_memory.py")
+    bench.write_one_line(tmp_path / "line.txt", 1234)
+    lines = (tmp_path / "line.txt").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 1 and len(lines[0].split()) == 1234
