@@ -56,7 +56,7 @@ def median_seconds(fn, budget: float = 1.0) -> float:
 
 def kernel_candidates(rows: int, weight: torch.Tensor) -> dict:
     """name -> a function of x (rows, in) computing x @ weight (in, out) in that kernel's way."""
-    from elmo.bilm import onednn_linear, onednn_pack
+    from elmo.lstm_kernels import onednn_linear, onednn_pack
 
     ours = Int8Linear(weight)
     packed = onednn_pack(weight.t().contiguous(), rows)

@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from elmo import bilm
+from elmo import lstm_kernels
 
 
 def timed(fn, repeats: int) -> float:
@@ -37,7 +37,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=50)
     p.add_argument("--sweep-rows", action="store_true",
                    help="time the products for 1-64 active rows, transposed (W^T @ h^T), row-major (h @ W) and "
-                        "oneDNN: where bilm.py's *_ROW_MAJOR_MAX_ROWS thresholds and its oneDNN choice come from")
+                        "oneDNN: where lstm_kernels.py's *_ROW_MAJOR_MAX_ROWS thresholds and its oneDNN choice come from")
     p.add_argument("--gemm", metavar="M,K,N", help="time one (M x K) @ (K x N) product beside the 2048^3 one, "
                    "e.g. 2560,64,8192 for the `tiny` preset's sampled-softmax logits")
     args = p.parse_args()
@@ -92,14 +92,14 @@ def sweep_rows(args) -> None:
         rec_o = ""
         if onednn is not None:
             pre_rows, h_rows = pre.t().contiguous(), h.t().contiguous()
-            rec_o = " / " + f"{timed(lambda p=pre_rows, x=h_rows: bilm.onednn_linear(x, onednn).add_(p), args.repeats):6.2f}"
+            rec_o = " / " + f"{timed(lambda p=pre_rows, x=h_rows: lstm_kernels.onednn_linear(x, onednn).add_(p), args.repeats):6.2f}"
         proj_t = timed(lambda c=c: w_p @ c, args.repeats)
         proj_r = timed(lambda c=c: (c.t() @ w_p_rows).t(), args.repeats)
         print(f"  n={n:2d}  recurrent {rec_t:6.2f} / {rec_r:6.2f}{rec_o}   projection {proj_t:6.3f} / {proj_r:6.3f}")
 
 
 def _onednn_packed(w_h: torch.Tensor, rows: int) -> torch.Tensor | None:
-    return bilm.onednn_pack(w_h, rows) if bilm.ONEDNN_RECURRENCE else None
+    return lstm_kernels.onednn_pack(w_h, rows) if lstm_kernels.ONEDNN_RECURRENCE else None
 
 
 def prepacked_variants(w_h: torch.Tensor, h: torch.Tensor) -> dict:
@@ -114,7 +114,7 @@ def prepacked_variants(w_h: torch.Tensor, h: torch.Tensor) -> dict:
         variants["MKL packed GEMM (torch.ops.mkl._mkl_linear)"] = None
     onednn = _onednn_packed(w_h, h_rows.shape[0])
     variants["oneDNN, weight packed by _reorder_linear_weight (what LstmLayer uses for inference)"] = (
-        (lambda: bilm.onednn_linear(h_rows, onednn)) if onednn is not None else None)
+        (lambda: lstm_kernels.onednn_linear(h_rows, onednn)) if onednn is not None else None)
     try:
         w_onednn = w_h.to_mkldnn()
         variants["oneDNN linear, weight in oneDNN layout (incl. converting h)"] = (

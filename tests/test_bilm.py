@@ -7,6 +7,7 @@ from reference import bilm_sentence, char_encoder
 
 from elmo import BiLMConfig, batch_to_ids, remove_sentence_boundaries
 from elmo import bilm as bilm_module
+from elmo import lstm_kernels
 from elmo.bilm import BiLM
 
 SENTENCES = [
@@ -44,8 +45,8 @@ ARCHITECTURES = {
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_fast_path_equals_reference(arch, row_major_rows, monkeypatch):
     if row_major_rows is not None:  # force every step's products into one form (the default mixes both here)
-        monkeypatch.setattr(bilm_module, "RECURRENT_ROW_MAJOR_MAX_ROWS", row_major_rows)
-        monkeypatch.setattr(bilm_module, "PROJECTION_ROW_MAJOR_MAX_ROWS", row_major_rows)
+        monkeypatch.setattr(lstm_kernels, "RECURRENT_ROW_MAJOR_MAX_ROWS", row_major_rows)
+        monkeypatch.setattr(lstm_kernels, "PROJECTION_ROW_MAJOR_MAX_ROWS", row_major_rows)
     torch.manual_seed(0)
     bilm = BiLM(make_config(**ARCHITECTURES[arch])).double().eval()  # float64: same math, not same rounding
     with torch.no_grad():
@@ -129,9 +130,9 @@ def test_stateful_rows_carry_state_and_reset():
         second = bilm(ids).layers[2]
         assert not torch.allclose(first, second)  # the state carried over
         # a smaller batch leaves the higher rows' state alone; a larger one resumes them
-        stored = [s.clone() for s in bilm._states["forward"][0]]
+        stored = [s.clone() for s in bilm._states.by_direction["forward"][0]]
         bilm(batch_to_ids(SENTENCES[:1]))
-        assert torch.equal(bilm._states["forward"][0][0][1:], stored[0][1:])
+        assert torch.equal(bilm._states.by_direction["forward"][0][0][1:], stored[0][1:])
         bilm.reset_states()
         assert torch.equal(bilm(ids).layers[2], first)
 
@@ -185,15 +186,15 @@ def test_token_cache_is_exact_and_follows_weight_changes():
     assert len(bilm.token_cache._rows) == 0 and bilm.char_encoder.char_embed.grad is not None
 
 
-@pytest.mark.skipif(not bilm_module._onednn_available(), reason="this torch build has no oneDNN")
+@pytest.mark.skipif(not lstm_kernels._onednn_available(), reason="this torch build has no oneDNN")
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_onednn_inference_path_equals_reference(arch, monkeypatch):
     """float32 inference on CPU takes oneDNN's packed recurrent product; same values as the plain math."""
     packed = []
-    real_packed = bilm_module._onednn_packed
-    monkeypatch.setattr(bilm_module, "_onednn_packed", lambda *a: packed.append(real_packed(*a)) or packed[-1])
-    monkeypatch.setattr(bilm_module, "ONEDNN_RECURRENCE", True)
-    monkeypatch.setattr(bilm_module, "ONEDNN_MIN_WEIGHT", 0)  # these test weights are tiny
+    real_packed = lstm_kernels._onednn_packed
+    monkeypatch.setattr(lstm_kernels, "_onednn_packed", lambda *a: packed.append(real_packed(*a)) or packed[-1])
+    monkeypatch.setattr(lstm_kernels, "ONEDNN_RECURRENCE", True)
+    monkeypatch.setattr(lstm_kernels, "ONEDNN_MIN_WEIGHT", 0)  # these test weights are tiny
     torch.manual_seed(0)
     bilm = BiLM(make_config(**ARCHITECTURES[arch])).eval()
     with torch.no_grad():
@@ -201,7 +202,7 @@ def test_onednn_inference_path_equals_reference(arch, monkeypatch):
             p.mul_(3.0)
         out = bilm(batch_to_ids(SENTENCES))
         assert packed and all(p is not None for p in packed)
-        monkeypatch.setattr(bilm_module, "ONEDNN_RECURRENCE", False)
+        monkeypatch.setattr(lstm_kernels, "ONEDNN_RECURRENCE", False)
         plain = bilm(batch_to_ids(SENTENCES))
         reference = bilm.double()
         for row, sentence in enumerate(SENTENCES):
@@ -218,7 +219,7 @@ def test_training_never_takes_the_inference_only_product():
     ids = batch_to_ids(SENTENCES)
     x = bilm.char_encoder(ids.view(-1, ids.shape[-1])).view(ids.shape[0], ids.shape[1], -1)
     layer = bilm.forward_lstm.layers[0]
-    assert bilm_module._onednn_packed(layer.W_0[8:], 5, x, layer.zero_state(5, x), list(layer.parameters())) is None
+    assert lstm_kernels._onednn_packed(layer.W_0[8:], 5, x, layer.zero_state(5, x), list(layer.parameters())) is None
 
 
 def test_onednn_product_only_for_steps_and_weights_that_gain(monkeypatch):
@@ -226,17 +227,17 @@ def test_onednn_product_only_for_steps_and_weights_that_gain(monkeypatch):
     layer = bilm.forward_lstm.layers[0]
     x = torch.zeros(5, 4, 8)
     with torch.no_grad():
-        assert bilm_module._onednn_packed(layer.W_0[8:], 5, x, layer.zero_state(5, x), []) is None  # 8 x 96: too small
-        monkeypatch.setattr(bilm_module, "ONEDNN_MIN_WEIGHT", 0)
-        rows = bilm_module.RECURRENT_ROW_MAJOR_MAX_ROWS  # every step of such a call runs row-major: packing would be wasted
-        assert bilm_module._onednn_packed(layer.W_0[8:], rows, x, layer.zero_state(rows, x), []) is None
+        assert lstm_kernels._onednn_packed(layer.W_0[8:], 5, x, layer.zero_state(5, x), []) is None  # 8 x 96: too small
+        monkeypatch.setattr(lstm_kernels, "ONEDNN_MIN_WEIGHT", 0)
+        rows = lstm_kernels.RECURRENT_ROW_MAJOR_MAX_ROWS  # every step of such a call runs row-major: packing would be wasted
+        assert lstm_kernels._onednn_packed(layer.W_0[8:], rows, x, layer.zero_state(rows, x), []) is None
 
 
 def test_a_trainable_projection_keeps_the_recurrence_on_autograd(monkeypatch):
     """oneDNN's product has no autograd: with only W_P_0 trainable, its gradient still flows through time."""
-    monkeypatch.setattr(bilm_module, "ONEDNN_MIN_WEIGHT", 0)
+    monkeypatch.setattr(lstm_kernels, "ONEDNN_MIN_WEIGHT", 0)
     layer = BiLM(make_config()).forward_lstm.layers[0]
     layer.W_0.requires_grad_(False)
     layer.B.requires_grad_(False)
     x = torch.randn(5, 4, 8)
-    assert bilm_module._onednn_packed(layer.W_0[8:], 5, x, layer.zero_state(5, x), list(layer.parameters())) is None
+    assert lstm_kernels._onednn_packed(layer.W_0[8:], 5, x, layer.zero_state(5, x), list(layer.parameters())) is None

@@ -182,3 +182,7 @@ def test_the_length_checks_find_a_long_function_and_a_long_module(tmp_path, monk
     (tmp_path / "short.py").write_text("def g():\n" + body[: -len("    x = 79\n")])
     assert long_functions(tmp_path) == ["long.py:1 f (81 lines)"]
     assert long_modules(tmp_path) == [f"long.py ({MAX_MODULE_LINES + 1} lines)"]
+
+
+def test_no_module_in_src_over_450_lines():
+    assert long_modules(SRC) == []

@@ -5,71 +5,30 @@ gate order i, j, f, o, forget bias +1 applied at run time), so loading and savin
 saved model reloads bit for bit. Doc sections 4.1-4.8 give the math this file follows; the same
 math written plainly (a loop over every padded step, no sorting or caching), which the tests hold
 every fast path here to, is tests/reference.py.
+
+Beside it, each in its own module: the LSTM's matrix-product kernels (lstm_kernels.py, shared with
+int8.py), the memo of token vectors (token_cache.py) and the stateful mode's rows (row_states.py);
+names that lived here still import from here.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .allocator import check_fits_memory
-from .chars import BOS_IDS, EOS_IDS, N_CODES, PAD_CHAR, batch_to_ids
+from .chars import BOS_IDS, EOS_IDS, N_CODES, PAD_CHAR, Lexicon, batch_to_ids
 from .errors import InputError
+from .lstm_kernels import Float32Products, LstmState, StepProducts, packed_steps
+from .lstm_kernels import ONEDNN_MIN_WEIGHT, ONEDNN_RECURRENCE, onednn_linear, onednn_pack  # noqa: F401  (their old home, kept for imports)
+from .lstm_kernels import PROJECTION_ROW_MAJOR_MAX_ROWS, RECURRENT_ROW_MAJOR_MAX_ROWS  # noqa: F401  (their old home, kept for imports)
 from .options import BiLMConfig
-
-LstmState = tuple[torch.Tensor, torch.Tensor]  # (c, h), each (rows, width)
-
-# Up to these many active rows a step's products run row-major (h^T @ W) instead of transposed:
-# MKL repacks the whole weight per call in the transposed form, which dominates for a handful of
-# columns (`python benchmarks/lstm_step.py --sweep-rows`, docs/performance.md).
-RECURRENT_ROW_MAJOR_MAX_ROWS = 3
-PROJECTION_ROW_MAJOR_MAX_ROWS = 8
-
-
-def _onednn_available() -> bool:
-    try:
-        return torch.backends.mkldnn.is_available() and all(
-            hasattr(torch.ops.mkldnn, op) for op in ("_linear_pointwise", "_reorder_linear_weight"))
-    except (AttributeError, RuntimeError):
-        return False
-
-
-# oneDNN's product with a weight packed ahead of time beats MKL's for steps of more than a few rows
-# (1.2x at 64 rows, 2.6x at 8 on one thread for the `original` shapes), but it has no autograd
-# (inference only) and a fixed cost per call that small weights do not repay: the bundled default
-# model's 128 x 1024 runs faster on MKL (`python benchmarks/lstm_step.py --sweep-rows`).
-ONEDNN_RECURRENCE = _onednn_available()
-ONEDNN_MIN_WEIGHT = 1 << 19  # elements of the recurrent weight (P x 4H); the `small` shapes' 128 x 4096 qualify
-
-
-def onednn_pack(weight: torch.Tensor, rows: int) -> torch.Tensor:
-    """A linear weight (out, in) in oneDNN's blocked layout, for products of about `rows` rows."""
-    return torch.ops.mkldnn._reorder_linear_weight(weight, rows)
-
-
-def onednn_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
-    """x (n, in) @ weight^T with an `onednn_pack`ed weight. No autograd: gradients would silently stop here."""
-    return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
-
-
-def _onednn_packed(w_h_rows: torch.Tensor, rows: int, x: torch.Tensor, state: LstmState,
-                   params: list[torch.Tensor]) -> torch.Tensor | None:
-    """The recurrent weight (as (4H, P)) packed for oneDNN, if this call can use it.
-
-    `params`: all of the layer's parameters, since a gradient to any of them (the projection's too)
-    flows through the recurrent product of the next step.
-    """
-    no_grad = not torch.is_grad_enabled() or not any(t.requires_grad for t in (x, *state, *params))
-    if not (ONEDNN_RECURRENCE and no_grad and rows > RECURRENT_ROW_MAJOR_MAX_ROWS and w_h_rows.numel() >= ONEDNN_MIN_WEIGHT
-            and x.device.type == "cpu" and x.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")):
-        return None
-    return onednn_pack(w_h_rows.t(), rows)
+from .row_states import RowStates
+from .token_cache import TokenCache
 
 
 class CharEncoder(nn.Module):
@@ -259,24 +218,12 @@ class LstmLayer(nn.Module):
 
         Row b runs its first lengths[b] steps only; as rows end, the active batch shrinks, so no
         work is spent on padding and each row's final state is the one after its last real step.
-        Each step's recurrent product takes the fastest form for its shape (all exact float32
-        GEMMs, see docs/performance.md): for a handful of rows (the tail of a batch whose longest
-        sentence runs on alone) h (n, P) @ W_h (P, 4H); otherwise, for inference on CPU with a
-        large weight, oneDNN with the weight packed once per call; otherwise W_h^T (4H, P) @ h^T
-        (P, n), which BLAS runs about twice as fast as the row-major form for the small n of one
-        step (the state then lives transposed in memory, and every gate block is a contiguous slice).
+        The products come from `_products`: each step's in the fastest exact form for its shape
+        (lstm_kernels.py), or a converted layer's int8 copy.
         """
         batch, steps, _ = x.shape
-        bias = self.B + self._forget_one()
         active = [n for n in (lengths.unsqueeze(1) > torch.arange(steps, device=lengths.device)).sum(0).tolist() if n]
-        # The input-to-gates product of all real time steps at once, (sum of active, 4H): step t's
-        # block is its first active[t] rows, so padded positions cost nothing (PackedSequence's layout).
-        if all(n == batch for n in active):
-            packed = x.transpose(0, 1)[: len(active)].reshape(len(active) * batch, -1)
-        else:  # one gather: a cat of per-step slices would, in backward, fill a zero (T, B, D) per step
-            t_idx, b_idx = (torch.arange(batch, device=x.device) < torch.tensor(active, device=x.device).unsqueeze(1)).nonzero(as_tuple=True)
-            packed = x.reshape(batch * steps, -1)[b_idx * steps + t_idx]
-        gates_of, project = self._products(packed, active, bias, x, state)
+        products = self._products(packed_steps(x, active), active, self.B + self._forget_one(), x, state)
         c, h = state
         done_c, done_h = [], []  # final states of rows that ended, latest-ending first after the reversal below
         outputs = []
@@ -285,13 +232,13 @@ class LstmLayer(nn.Module):
                 done_c.append(c[n:])
                 done_h.append(h[n:])
                 c, h = c[:n], h[:n]
-            i, j, f, o = gates_of(t, h)
+            i, j, f, o = products.gates(t, h)
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
             if self.cell_clip is not None:
                 c = c.clamp(-self.cell_clip, self.cell_clip)
             h = torch.sigmoid(o) * torch.tanh(c)
             if self.W_P_0 is not None:
-                h = project(h)
+                h = products.project(h)
                 if self.proj_clip is not None:
                     h = h.clamp(-self.proj_clip, self.proj_clip)
             outputs.append(h if n == batch else F.pad(h, (0, 0, 0, batch - n)))
@@ -303,40 +250,13 @@ class LstmLayer(nn.Module):
         return out, (c.contiguous(), h.contiguous())
 
     def _products(self, packed: torch.Tensor, active: list[int], bias: torch.Tensor, x: torch.Tensor,
-                  state: LstmState) -> tuple[Callable, Callable]:
-        """The input products of all steps, then two functions: step t's gates (i, j, f, o) from h,
-        and the projection of h. A layer converted by `elmo.int8` runs its own int8 forms."""
+                  state: LstmState) -> StepProducts:
+        """This call's products: the input products of all steps (`packed`, from `packed_steps`), then
+        per step the gates from h and the projection of h. A layer converted by `elmo.int8` runs its own."""
         if self.int8 is not None:
             return self.int8.products(packed, active, x, state, list(self.parameters()))
         w_x, w_h_rows = self.W_0[: self.input_dim], self.W_0[self.input_dim :]
-        widest = active[0] if active else 0
-        onednn_w_h = _onednn_packed(w_h_rows, widest, x, state, list(self.parameters()))
-        # One view per step, (n, 4H): backward joins their grads once, not T full-size adds.
-        if onednn_w_h is not None:
-            pre_steps = torch.addmm(bias, packed, w_x).split(active)  # row-major, as oneDNN's output
-        else:  # (4H, n) blocks in memory, so backward joins contiguous blocks
-            pre_steps = [p.t() for p in torch.addmm(bias.unsqueeze(1), w_x.t(), packed.t()).split(active, dim=1)]
-        # Transposed copies only when some step uses them (not for a batch of one row, as in PTB scoring).
-        transposed = onednn_w_h is None and widest > RECURRENT_ROW_MAJOR_MAX_ROWS
-        w_h = w_h_rows.t().contiguous() if transposed else None
-        w_p = self.W_P_0.t().contiguous() if self.W_P_0 is not None and widest > PROJECTION_ROW_MAJOR_MAX_ROWS else None
-        if torch.is_autocast_enabled(x.device.type):  # cast the transposed copies once, not once per step
-            low = torch.get_autocast_dtype(x.device.type)
-            w_h, w_p = (None if w is None else w.to(low) for w in (w_h, w_p))
-
-        def gates_of(t: int, h: torch.Tensor) -> Sequence[torch.Tensor]:
-            n = h.shape[0]
-            if n <= RECURRENT_ROW_MAJOR_MAX_ROWS:
-                return torch.addmm(pre_steps[t], h, w_h_rows).chunk(4, dim=1)
-            if onednn_w_h is not None:
-                return onednn_linear(h.contiguous(), onednn_w_h).add_(pre_steps[t]).chunk(4, dim=1)
-            # split (4H, n) into contiguous blocks, so backward joins them with plain copies
-            return [g.t() for g in torch.addmm(pre_steps[t].t(), w_h, h.t()).chunk(4, dim=0)]
-
-        def project(h: torch.Tensor) -> torch.Tensor:
-            return (w_p @ h.t()).t() if h.shape[0] > PROJECTION_ROW_MAJOR_MAX_ROWS else h @ self.W_P_0
-
-        return gates_of, project
+        return Float32Products(w_x, w_h_rows, self.W_P_0, bias, packed, active, x, state, list(self.parameters()))
 
     def _forget_one(self) -> torch.Tensor:
         one = torch.zeros_like(self.B)
@@ -386,44 +306,6 @@ class LstmStack(nn.Module):
         return outputs, finals
 
 
-class TokenCache:
-    """An exact memo of the char encoder's outputs by token ids, for inference with frozen weights.
-
-    Frequent tokens (the, of, ",") are then encoded once per model rather than once per batch. Any
-    change to an encoder weight (an optimizer step, loading, moving devices) or to autocast empties
-    it; a capacity overflow drops the oldest entries first.
-    """
-
-    def __init__(self, capacity: int = 1 << 16):
-        self.capacity = capacity
-        self._rows: OrderedDict[bytes, torch.Tensor] = OrderedDict()
-        self._stamp: tuple | None = None
-
-    def clear(self) -> None:
-        self._rows.clear()
-
-    def __call__(self, encoder: CharEncoder, ids: torch.Tensor) -> torch.Tensor:
-        """ids (N, 50) of distinct tokens -> (N, P), computing only the tokens not seen before."""
-        stamp = (tuple((p.data_ptr(), p._version) for p in encoder.parameters()),
-                 torch.is_autocast_enabled(ids.device.type), encoder.int8)  # bf16, int8 and fp32 vectors never mix
-        if stamp != self._stamp:
-            self._rows.clear()
-            self._stamp = stamp
-        # int16 keys for byte codes; lexicon ids (ELMoForManyLangs words) may need int32
-        key_type = torch.int16 if ids.numel() == 0 or int(ids.max()) < 1 << 15 else torch.int32
-        keys = [row.tobytes() for row in ids.to("cpu", key_type).numpy()]
-        missing = [i for i, key in enumerate(keys) if key not in self._rows]
-        if missing:
-            for i, vector in zip(missing, encoder(ids[missing])):
-                self._rows[keys[i]] = vector
-        for key in keys:
-            self._rows.move_to_end(key)
-        vectors = torch.stack([self._rows[key] for key in keys])
-        while len(self._rows) > self.capacity:
-            self._rows.popitem(last=False)
-        return vectors
-
-
 @dataclass
 class BiLMOutput:
     """`layers`: L+1 tensors (B, T+2, 2P) including the <S>/</S> positions; `mask`: (B, T+2) bool."""
@@ -462,19 +344,6 @@ def _reverse_index(lengths: torch.Tensor, steps: int) -> torch.Tensor:
     return torch.where(rev >= 0, rev, t)
 
 
-class Lexicon(Protocol):
-    """Turns tokens into a model's own ids when they are not UTF-8 bytes (ELMoForManyLangs' char.dic/word.dic)."""
-
-    def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> torch.Tensor:
-        """(B, T, ids_width) int64, right-padded with zero rows, no sentence markers."""
-
-    def boundary_ids(self) -> torch.Tensor:
-        """(2, ids_width): the ids of the begin- and end-of-sentence tokens."""
-
-    def fingerprint(self) -> bytes:
-        """The lexicon's content, for model fingerprints (the same weights with another lexicon differ)."""
-
-
 class BiLM(nn.Module):
     """The bidirectional LM: shared char encoder, a forward and a backward LSTM stack.
 
@@ -493,12 +362,12 @@ class BiLM(nn.Module):
         self.forward_lstm = LstmStack(config)
         self.backward_lstm = LstmStack(config)
         self.stateful = stateful
-        self._states: dict[str, list[LstmState]] | None = None
+        self._states = RowStates()  # used in stateful mode only
         self.token_cache = TokenCache()
 
     def reset_states(self) -> None:
         """Forget the stored per-row states: every row starts from zero again."""
-        self._states = None
+        self._states.clear()
 
     @property
     def num_layers(self) -> int:
@@ -561,11 +430,12 @@ class BiLM(nn.Module):
         rev = _reverse_index(lengths_sorted, steps)
         x_reversed = torch.gather(x_sorted, 1, rev.unsqueeze(-1).expand_as(x_sorted))
 
-        fwd_states, bwd_states = self._initial_states(batch, x, order)
+        stacks = {"forward": self.forward_lstm, "backward": self.backward_lstm}
+        fwd_states, bwd_states = self._states.initial(stacks, batch, x, order) if self.stateful else (None, None)
         fwd, fwd_final = self.forward_lstm(x_sorted, lengths_sorted, fwd_states)
         bwd, bwd_final = self.backward_lstm(x_reversed, lengths_sorted, bwd_states)
         if self.stateful:
-            self._store_states(fwd_final, bwd_final, unsort)
+            self._states.store(fwd_final, bwd_final, unsort)
 
         layers = [torch.cat([x, x], dim=-1)]
         for f, b in zip(fwd, bwd):
@@ -573,34 +443,3 @@ class BiLM(nn.Module):
             both = torch.cat([f, b], dim=-1)
             layers.append(both if in_order else both[unsort])
         return BiLMOutput(layers=layers, mask=mask)
-
-    def _initial_states(self, batch: int, like: torch.Tensor, order: torch.Tensor):
-        if not self.stateful:
-            return None, None
-        if self._states is None:
-            self._states = {
-                "forward": [layer.zero_state(0, like) for layer in self.forward_lstm.layers],
-                "backward": [layer.zero_state(0, like) for layer in self.backward_lstm.layers],
-            }
-        picked = {}
-        for direction, states in self._states.items():
-            rows = []
-            for k, (c, h) in enumerate(states):
-                if c.shape[0] < batch:  # new rows start from zero
-                    c = torch.cat([c, c.new_zeros(batch - c.shape[0], c.shape[1])])
-                    h = torch.cat([h, h.new_zeros(batch - h.shape[0], h.shape[1])])
-                    states[k] = (c, h)
-                rows.append((c[:batch][order], h[:batch][order]))
-            picked[direction] = rows
-        return picked["forward"], picked["backward"]
-
-    def _store_states(self, fwd_final, bwd_final, unsort) -> None:
-        for direction, finals in (("forward", fwd_final), ("backward", bwd_final)):
-            states = self._states[direction]
-            for k, (c, h) in enumerate(finals):
-                old_c, old_h = states[k]
-                n = c.shape[0]
-                states[k] = (
-                    torch.cat([c.detach()[unsort], old_c[n:]]),
-                    torch.cat([h.detach()[unsort], old_h[n:]]),
-                )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Protocol
 
 import torch
 
@@ -61,3 +62,16 @@ def batch_to_ids(sentences: Sequence[Sequence[str]]) -> torch.Tensor:
         if sentence:
             ids[row, : len(sentence)] = torch.tensor([_token_ids(t) for t in sentence], dtype=torch.long)
     return ids
+
+
+class Lexicon(Protocol):
+    """Turns tokens into a model's own ids when they are not UTF-8 bytes (ELMoForManyLangs' char.dic/word.dic)."""
+
+    def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> torch.Tensor:
+        """(B, T, ids_width) int64, right-padded with zero rows, no sentence markers."""
+
+    def boundary_ids(self) -> torch.Tensor:
+        """(2, ids_width): the ids of the begin- and end-of-sentence tokens."""
+
+    def fingerprint(self) -> bytes:
+        """The lexicon's content, for model fingerprints (the same weights with another lexicon differ)."""

@@ -21,13 +21,14 @@ which saturates with full-range activations (the check in `check_kernel` would c
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import contextmanager
 
 import numpy as np
 import torch
 
 from .errors import ElmoError
+from .lstm_kernels import StepProducts
 
 ACTIVATION_LEVELS = 63  # |q| <= 63 per row; with the pinning row the tensor spans [-64, 63] (7 bits)
 
@@ -161,7 +162,8 @@ class Int8CharProducts:
 
 
 class Int8LstmProducts:
-    """An `LstmLayer`'s input, recurrent and projection products in int8 (its `_products` contract)."""
+    """An `LstmLayer`'s input, recurrent and projection products in int8: per call, the same
+    `lstm_kernels.StepProducts` as the float32 kernels give."""
 
     def __init__(self, layer):
         w_x, w_h = layer.W_0[: layer.input_dim], layer.W_0[layer.input_dim :]
@@ -169,18 +171,26 @@ class Int8LstmProducts:
         self.recurrent = Int8Linear(w_h)
         self.projection = None if layer.W_P_0 is None else Int8Linear(layer.W_P_0)
 
-    def products(self, packed: torch.Tensor, active: list[int], x: torch.Tensor, state, params) -> tuple[Callable, Callable]:
+    def products(self, packed: torch.Tensor, active: list[int], x: torch.Tensor, state, params) -> StepProducts:
         _refuse_gradients(params, x, *state)
-        pre_steps = self.input(packed).split(active)
-
-        def gates_of(t: int, h: torch.Tensor) -> Sequence[torch.Tensor]:
-            return self.recurrent(h).add_(pre_steps[t]).chunk(4, dim=1)
-
-        return gates_of, self.projection
+        return _Int8Steps(self.input(packed).split(active), self.recurrent, self.projection)
 
     @property
     def nbytes(self) -> int:
         return sum(m.nbytes for m in (self.input, self.recurrent, self.projection) if m is not None)
+
+
+class _Int8Steps:
+    """One call's int8 products (a `StepProducts`): the steps' input products, computed once."""
+
+    def __init__(self, pre_steps: Sequence[torch.Tensor], recurrent: Int8Linear, projection: Int8Linear | None):
+        self.pre_steps, self.recurrent, self.projection = pre_steps, recurrent, projection
+
+    def gates(self, t: int, h: torch.Tensor) -> Sequence[torch.Tensor]:
+        return self.recurrent(h).add_(self.pre_steps[t]).chunk(4, dim=1)
+
+    def project(self, h: torch.Tensor) -> torch.Tensor:
+        return self.projection(h)
 
 
 def quantize_bilm(bilm) -> None:
