@@ -25,13 +25,14 @@ import torch
 
 from .bilm import BiLM, LstmStack, LstmState
 from .embedder import Embedder
+from .errors import InputError
 
 LONG_LINE_WINDOW = 512  # tokens: `elmo embed` embeds a longer line in windows of this many tokens
 
 
 def check_window(window: object) -> int:
     if isinstance(window, bool) or not isinstance(window, int) or window < 2:
-        raise ValueError(f"window must be a number of tokens of at least 2, found {window!r}")
+        raise InputError(f"window must be a number of tokens of at least 2, found {window!r}")
     return window
 
 
