@@ -174,3 +174,30 @@ def test_flair_device_is_honoured_on_a_gpu(fixture_files, monkeypatch):
     want = elmo.Embedder.from_files(*fixture_files).embed_sentences([t.split() for t in SENTENCES])
     want = np.concatenate([w.transpose(1, 0, 2).reshape(w.shape[1], -1) for w in want])
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+
+def test_a_saved_stack_keeps_each_name_so_the_vectors_keep_their_order(tmp_path, fixture_files, one_thread):
+    """flair concatenates a token's embeddings sorted by name, and a stack prefixes each name with its place
+    ("0-elmo-...", "1-<file>"). ELMo saved its name without the prefix, so a tagger trained with ELMo stacked before
+    WordEmbeddings read the two swapped after loading (CoNLL-2003: dev F1 92 in training, 2 after loading)."""
+    gensim = pytest.importorskip("gensim")
+    from flair.data import Dictionary
+    from flair.embeddings import StackedEmbeddings, WordEmbeddings
+    from flair.models import SequenceTagger
+
+    vectors = gensim.models.KeyedVectors(vector_size=4)
+    vectors.add_vectors(["the", "bank", "closed"], np.arange(12, dtype=np.float32).reshape(3, 4))
+    vectors.save_word2vec_format(str(tmp_path / "static.bin"), binary=True)
+    stack = StackedEmbeddings([ELMoEmbeddings(options_file=fixture_files[0], weight_file=fixture_files[1]),
+                               WordEmbeddings(str(tmp_path / "static.bin"))])
+    tags = Dictionary(add_unk=False)
+    for tag in ("O", "S-PER"):
+        tags.add_item(tag)
+    SequenceTagger(hidden_size=4, embeddings=stack, tag_dictionary=tags, tag_type="ner", use_crf=False).save(
+        tmp_path / "tagger.pt")
+    loaded = SequenceTagger.load(tmp_path / "tagger.pt").embeddings
+    assert loaded.get_names() == stack.get_names()
+    want, got = Sentence("the bank closed"), Sentence("the bank closed")
+    stack.embed(want)
+    loaded.embed(got)
+    np.testing.assert_array_equal(token_matrix(got), token_matrix(want))

@@ -38,7 +38,9 @@ SAVE_CHOICES = ("weights", "reference")
 
 @dataclass(frozen=True)
 class SavedELMo:
-    """What a saved flair model keeps of an ELMoEmbeddings (its `to_params`): settings, architecture, fingerprint.
+    """What a saved flair model keeps of an ELMoEmbeddings (its `to_params`): settings, architecture, fingerprint,
+    and its name as it is then: a StackedEmbeddings prefixes it with the place in the stack ("0-elmo-default"),
+    and flair concatenates a token's embeddings sorted by name, so a loaded stack must keep the same names.
 
     Its class living in this module is what makes `SequenceTagger.load` import (and so register) it."""
 
@@ -76,8 +78,7 @@ class ELMoEmbeddings(TokenEmbeddings):
         if save == "weights" and bilm.lexicon is not None:
             raise InputError(f"{reference}: a model with its own lexicon (ELMoForManyLangs) is saved by reference; "
                              "pass save='reference'")
-        self._base_name = _saved.name if _saved else f"elmo-{_short_name(model, options_file)}"
-        self.name = self._base_name
+        self.name = _saved.name if _saved else f"elmo-{_short_name(model, options_file)}"
         self.static_embeddings = True
         super().__init__()
         self.model_reference = reference
@@ -139,7 +140,7 @@ class ELMoEmbeddings(TokenEmbeddings):
         bilm = self.elmo_bilm
         return {"saved": SavedELMo(*self._saved_reference, self.embedding_mode, self.save_mode,
                                    bilm.config.to_options(), bilm.char_encoder.char_embed.shape[0],
-                                   self.fingerprint, self._base_name)}
+                                   self.fingerprint, self.name)}
 
     @classmethod
     def from_params(cls, params: dict) -> ELMoEmbeddings:
