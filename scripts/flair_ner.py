@@ -46,6 +46,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-sentences", type=int, default=None)
     p.add_argument("--work", type=Path, default=None,
                    help="flair's base path: column files, best-model.pt (default ../runs/flair-ner/OUT_STEM, outside the repo)")
+    p.add_argument("--rescore", action="store_true",
+                   help="no training: score the run's best-model.pt again and update --out (a tagger saved before "
+                   "elmo kept a stacked ELMo's name, read with its embeddings in the order it was trained with)")
     p.add_argument("--out", type=Path, required=True)
     return p.parse_args(argv)
 
@@ -127,9 +130,41 @@ def run(args: argparse.Namespace) -> dict:
             "torch_threads": torch.get_num_threads()}
 
 
+def restore_stack_names(tagger) -> list[str]:
+    """A stack saved before ELMoEmbeddings kept its stacked name ("0-elmo-default") loads it as "elmo-default";
+    flair concatenates by sorted name, so the old name puts it after the static vectors. Give it back its place."""
+    renamed = []
+    for i, embedding in enumerate(tagger.embeddings.embeddings):
+        if not embedding.name.startswith(f"{i}-"):
+            renamed.append(f"{embedding.name} -> {i}-{embedding.name}")
+            embedding.name = f"{i}-{embedding.name}"
+    tagger.embeddings._StackedEmbeddings__names = [n for e in tagger.embeddings.embeddings for n in e.get_names()]
+    return renamed
+
+
+def rescore(args: argparse.Namespace) -> dict:
+    """The run's best-model.pt scored on dev and test again; the --out JSON's other fields kept."""
+    import torch
+    from flair.datasets import ColumnCorpus
+    from flair.models import SequenceTagger
+
+    torch.set_num_threads(args.threads)
+    work = args.work or REPO.parent / "runs" / "flair-ner" / args.out.stem
+    corpus = ColumnCorpus(work / "data", {0: "text", 3: "ner"}, train_file="train.txt", dev_file="dev.txt",
+                          test_file="test.txt")
+    best = SequenceTagger.load(work / "flair" / "best-model.pt")
+    result = json.loads(args.out.read_text())
+    result["rescored"] = {"renamed": restore_stack_names(best), "before": {k: result[k] for k in ("dev_f1", "test_f1")}}
+    for split in ("dev", "test"):
+        score = best.evaluate(getattr(corpus, split), gold_label_type="ner", mini_batch_size=64,
+                              embedding_storage_mode="none").main_score
+        result[f"{split}_f1"] = round(score * 100, 2)
+    return result
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    result = run(args)
+    result = rescore(args) if args.rescore else run(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_name(args.out.name + ".tmp")
     tmp.write_text(json.dumps(result, indent=2) + "\n")
