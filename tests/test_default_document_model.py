@@ -85,3 +85,13 @@ def test_elmo_embed_context_document_without_model_runs_the_document_model(two_b
         for k in keys:
             np.testing.assert_array_equal(a[k][()], b[k][()])
 
+
+def test_the_document_model_ships_and_loads_offline(monkeypatch):
+    monkeypatch.setenv("ELMO_OFFLINE", "1")
+    assert DEFAULT_DOCUMENT_MODEL in bundled_models()
+    model = models_module.resolve(DEFAULT_DOCUMENT_MODEL)
+    assert model.files.softmax_file is not None and Path(model.files.softmax_file).is_file()
+    vectors = Embedder.from_model(DEFAULT_DOCUMENT_MODEL).embed_sentence(["The", "bank", "."])
+    default = Embedder.from_model("default").embed_sentence(["The", "bank", "."])
+    assert vectors.shape == default.shape and np.isfinite(vectors).all()
+    assert not np.allclose(vectors[1:], default[1:])  # tuned LSTM layers, not a copy of default

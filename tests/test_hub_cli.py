@@ -14,10 +14,10 @@ from elmo.hub.catalog import published_models
 from elmo.hub.fetch import fetch
 
 
-def test_models_lists_every_catalog_model_and_the_bundled_one(hub_env, capsys):  # noqa: F811
+def test_models_lists_every_catalog_model_and_the_bundled_ones(hub_env, capsys):  # noqa: F811
     assert main(["models"]) == 0
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
-    assert names == ["default"] + [m.name for m in published_models()]
+    assert names == ["default", "default-document"] + [m.name for m in published_models()]
     assert main(["models", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["name"] for r in rows] == names
