@@ -13,9 +13,12 @@ du -sh src/elmo/bundled/*
 cp "$run/metrics.jsonl" "$run/run.json" docs/document-model/
 out=benchmarks/results/document-model
 mkdir -p "$out"
+pids=()
 for mode in sentence document; do   # one core each when two are free: the two modes run side by side
-  elmo perplexity default-document --test "$test_docs" --mode "$mode" --threads 1 --json --no-progress \
-      > "$out/default-document-test-$mode.json" &
+  (elmo perplexity default-document --test "$test_docs" --mode "$mode" --threads 1 --json --no-progress \
+      > "$out/default-document-test-$mode.json.tmp" && mv "$out/default-document-test-$mode.json.tmp" \
+      "$out/default-document-test-$mode.json") &
+  pids+=($!)
 done
-wait
+for pid in "${pids[@]}"; do wait "$pid"; done   # set -e: a failed scoring fails the script
 cat "$out"/default-document-test-*.json
