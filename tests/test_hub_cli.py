@@ -62,3 +62,20 @@ def test_readme_python_api_snippet_runs_as_pasted_without_network(hub_env, tmp_p
     monkeypatch.chdir(tmp_path)
     exec(snippet, {})
     assert (tmp_path / "copy" / "weights.hdf5").is_file()
+
+
+def test_a_reader_that_stops_early_is_not_an_error():
+    """`elmo models | head -2`: the closed pipe ends the command quietly with 141 (128 + SIGPIPE), as a Unix tool's
+    would, instead of "error: Broken pipe"."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import subprocess_env
+
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "elmo"), "models"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=subprocess_env())
+    proc.stdout.close()  # before the command writes: its first write meets a closed pipe
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == 141, err
+    assert err == b""

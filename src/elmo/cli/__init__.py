@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import os
 import sys
 from typing import TypeVar
 
@@ -54,7 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args) or 0
+        status = args.func(args) or 0
+        sys.stdout.flush()  # inside the try: a reader that stopped early surfaces here, not at exit
+        return status
+    except BrokenPipeError:  # stdout's reader stopped early (`elmo models | head`): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the flush at exit has somewhere to go
+        return 141  # 128 + SIGPIPE, what a Unix tool stopped this way returns
     except ElmoError as e:
         print(f"elmo {args.command}: error: {e}", file=sys.stderr)
         return 2
