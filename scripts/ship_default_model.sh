@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Ship a finished training run as the bundled `default` model (issue #25's last step), in order:
-# export (every weight float16, so the package stays within 40 MB), the model card, the homonym
+# export (every weight float16: 36 MB a bundled model), the model card, the homonym
 # checks, the task grid and probes, and the lab's screenshots. Each step's command is also what the
 # docs quote beside its numbers. Hours of CPU (the grid); every step can be rerun on its own.
 #   bash scripts/ship_default_model.sh RUN_DIR
@@ -10,7 +10,7 @@ runs=$(dirname "$run")   # the grid's caches and static vectors live beside the 
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 elmo export "$run" -o src/elmo/bundled/default --float16 --overwrite
-du -sh src/elmo                                                    # the installed package's budget: 40 MB
+du -sh src/elmo/bundled/*                                          # each bundled model: 36 MB as float16
 python scripts/evaluate_default_model.py --run "$run"             # docs/model-card.json and .md
 python scripts/sense_check.py --set tests/data/homonyms.json
 python scripts/sense_check.py --set tests/data/homonyms_heldout.json
