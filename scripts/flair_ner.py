@@ -62,6 +62,11 @@ def write_column_files(data: Path, folder: Path, max_sentences: int | None) -> N
         (folder / f"{split}.txt").write_text("\n\n".join(blocks[:max_sentences]) + "\n", encoding="utf-8")
 
 
+def repo_relative(value: object) -> str:
+    """A path as the docs write it (relative to the checkout, e.g. ../shared/...), so results name no machine."""
+    return os.path.relpath(value, REPO) if isinstance(value, Path) and value.is_absolute() else str(value)
+
+
 def build_embeddings(args: argparse.Namespace):
     from flair.embeddings import StackedEmbeddings, WordEmbeddings
 
@@ -126,7 +131,7 @@ def run(args: argparse.Namespace) -> dict:
             "seed": args.seed, "epochs": args.epochs, "epoch_seconds": times.seconds, "epoch_cpu_seconds": times.cpu_seconds,
             "total_seconds": round(time.perf_counter() - start, 1), "dev_f1": round(scores["dev"], 2),
             "test_f1": round(scores["test"], 2), "max_sentences": args.max_sentences,
-            "settings": {k: str(v) for k, v in vars(args).items()}, "flair": flair.__version__,
+            "settings": {k: repo_relative(v) for k, v in vars(args).items()}, "flair": flair.__version__,
             "torch_threads": torch.get_num_threads()}
 
 
@@ -138,7 +143,6 @@ def restore_stack_names(tagger) -> list[str]:
         if not embedding.name.startswith(f"{i}-"):
             renamed.append(f"{embedding.name} -> {i}-{embedding.name}")
             embedding.name = f"{i}-{embedding.name}"
-    tagger.embeddings._StackedEmbeddings__names = [n for e in tagger.embeddings.embeddings for n in e.get_names()]
     return renamed
 
 
