@@ -5,12 +5,22 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import Protocol
 
 import torch
 
-if TYPE_CHECKING:
-    from .bilm import CharEncoder
+
+class TokenEncoder(Protocol):
+    """What the cache needs of the character encoder (`bilm.CharEncoder` is one): its weights, to notice a
+    change; its int8 products (None for float); and (N, 50) ids -> (N, P) vectors. Named here, not imported from
+    bilm.py, so the memo sits below the model that uses it."""
+
+    int8: object | None
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]: ...
+
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor: ...
 
 
 class TokenCache:
@@ -29,7 +39,7 @@ class TokenCache:
     def clear(self) -> None:
         self._rows.clear()
 
-    def __call__(self, encoder: CharEncoder, ids: torch.Tensor) -> torch.Tensor:
+    def __call__(self, encoder: TokenEncoder, ids: torch.Tensor) -> torch.Tensor:
         """ids (N, 50) of distinct tokens -> (N, P), computing only the tokens not seen before."""
         stamp = (tuple((p.data_ptr(), p._version) for p in encoder.parameters()),
                  torch.is_autocast_enabled(ids.device.type), encoder.int8)  # bf16, int8 and fp32 vectors never mix

@@ -126,7 +126,7 @@ def read_softmax(ckpt: TFCheckpoint) -> tuple[np.ndarray, np.ndarray]:
 
 def matching_vocab(vocab_file: Path | None, rows: int, prefix: Path):
     """The vocabulary (if given), checked to have one word per softmax row."""
-    from elmo.training.vocab import Vocab
+    from elmo.lm_vocab import Vocab
 
     vocab = Vocab.load(vocab_file) if vocab_file is not None else None
     if vocab is not None and len(vocab) != rows:
@@ -145,7 +145,7 @@ def write_softmax(W: np.ndarray, b: np.ndarray, path: Path) -> None:
 def import_bilm_checkpoint(source: BilmCheckpoint, out_dir: str | os.PathLike, overwrite: bool = False) -> Path:
     """Write OUT: options.json (for prediction), weights.hdf5, softmax.hdf5 and (when known) vocab.txt, atomically.
     Without vocab.txt, scoring text needs the training vocabulary given again (`elmo perplexity --vocab`)."""
-    from elmo.training.vocab import write_vocab
+    from elmo.lm_vocab import write_vocab
 
     check_not_input(out_dir, {"CKPT_PREFIX": str(source.prefix), "--options": source.options_file,
                               "--vocab": source.vocab_file}, flag="OUT", folder=True)

@@ -1,4 +1,5 @@
-"""The LM vocabulary (docs/format.md 3.4): `<S>`, `</S>`, `<UNK>`, then tokens by descending frequency.
+"""Building the LM vocabulary from a corpus (docs/format.md 3.4): `<S>`, `</S>`, `<UNK>`, then tokens by
+descending frequency. The file itself (`Vocab`, `write_vocab`) is read and written by elmo.lm_vocab.
 
 The order matters: the sampled softmax draws negatives log-uniformly over ids, which assumes that a
 small id means a frequent token.
@@ -12,16 +13,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ..chars import BOS_TOKEN, EOS_TOKEN
-from ..errors import InputError, ModelFileError, ModelFileNotFound
-from ..fileio import atomic_path, iter_lines
+from ..errors import InputError, ModelFileError
 from ..layout import VOCAB_NAME  # noqa: F401  (its old home, kept for imports)
+from ..lm_vocab import SKIPPED_LINE, SPECIALS, UNK_TOKEN, Vocab, write_vocab  # noqa: F401  (reading one is core's)
 from .data import expand_corpus, read_sentences
-
-
-UNK_TOKEN = "<UNK>"
-SPECIALS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
-SKIPPED_LINE = "!!!MAXTERMID"  # bilm-tf skips this line of old vocab files
 
 
 def count_tokens(patterns: Iterable[str], progress: bool = False) -> Counter:
@@ -55,56 +50,6 @@ def build_vocab(counts: Counter, min_count: int = 1, max_size: int | None = None
     if max_size is not None:
         words = words[: max_size - len(SPECIALS)]
     return list(SPECIALS) + words
-
-
-def write_vocab(tokens: list[str], path: str | os.PathLike) -> None:
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(token + "\n" for token in tokens)
-
-
-class Vocab:
-    """Token <-> id; unknown tokens map to `<UNK>`. Loaded like bilm-tf's `UnicodeCharsVocabulary`."""
-
-    def __init__(self, tokens: list[str], source: str = "vocabulary"):
-        self.tokens = tokens
-        self.source = source
-        self.index = {t: i for i, t in enumerate(tokens)}
-        missing = [t for t in SPECIALS if t not in self.index]
-        if missing:
-            raise ModelFileError(
-                f"{source}: the vocabulary must contain {', '.join(SPECIALS)} (case-sensitive); missing: "
-                f"{', '.join(missing)}. Build one with `elmo vocab`."
-            )
-        self.bos, self.eos, self.unk = (self.index[t] for t in SPECIALS)
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    def encode(self, words: list[str]) -> list[int]:
-        get, unk = self.index.get, self.unk
-        return [get(w, unk) for w in words]
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> Vocab:
-        """Read one token per line (stripped; `!!!MAXTERMID` skipped); blank or repeated lines are errors."""
-        path = os.fspath(path)
-        if not os.path.isfile(path):
-            raise ModelFileNotFound(f"{path}: vocabulary file not found")
-        tokens: list[str] = []
-        seen: dict[str, int] = {}
-        for number, line in iter_lines(path):
-            token = line.strip()
-            if token == SKIPPED_LINE:
-                continue
-            if not token:
-                raise ModelFileError(f"{path}, line {number + 1}: expected a token, found a blank line")
-            if token in seen:
-                raise ModelFileError(f"{path}, line {number + 1}: token {token!r} repeats line {seen[token] + 1}")
-            seen[token] = number
-            tokens.append(token)
-        if not tokens:
-            raise ModelFileError(f"{path}: the vocabulary file is empty")
-        return cls(tokens, source=path)
 
 
 def _average_ranks(a: np.ndarray) -> np.ndarray:
