@@ -40,7 +40,7 @@ class CharEncoder(nn.Module):
     `ConvTokenEmbedder` does. The char CNN and highway are the same code for both kinds.
     """
 
-    def __init__(self, config: BiLMConfig, char_rows: int = N_CODES):
+    def __init__(self, config: BiLMConfig, char_rows: int = N_CODES, initialize: bool = True):
         super().__init__()
         self.config = config
         d = config.char_dim
@@ -66,7 +66,8 @@ class CharEncoder(nn.Module):
         else:
             self.register_parameter("proj_w", None)
             self.register_parameter("proj_b", None)
-        self.reset_parameters()
+        if initialize:
+            self.reset_parameters()
         self.int8 = None  # set by elmo.int8.quantize_bilm: int8 highways and projection, inference only
 
     @property
@@ -190,7 +191,7 @@ class LstmLayer(nn.Module):
     the forget bias, which is added here.
     """
 
-    def __init__(self, input_dim: int, config: BiLMConfig):
+    def __init__(self, input_dim: int, config: BiLMConfig, initialize: bool = True):
         super().__init__()
         self.input_dim, self.cell_dim = input_dim, config.dim
         self.out_dim = config.projection_dim
@@ -201,7 +202,8 @@ class LstmLayer(nn.Module):
             self.W_P_0 = nn.Parameter(torch.empty(config.dim, config.projection_dim))
         else:
             self.register_parameter("W_P_0", None)
-        self.reset_parameters()
+        if initialize:
+            self.reset_parameters()
         self.int8 = None  # set by elmo.int8.quantize_bilm: an inference-only int8 copy of the products
 
     @torch.no_grad()
@@ -279,10 +281,10 @@ class LstmStack(nn.Module):
     output of the layer below; the recurrent state carries the un-summed LSTM output.
     """
 
-    def __init__(self, config: BiLMConfig, dropout: float = 0.0):
+    def __init__(self, config: BiLMConfig, dropout: float = 0.0, initialize: bool = True):
         super().__init__()
         self.config = config
-        self.layers = nn.ModuleList(LstmLayer(config.projection_dim, config) for _ in range(config.n_layers))
+        self.layers = nn.ModuleList(LstmLayer(config.projection_dim, config, initialize) for _ in range(config.n_layers))
         self.dropout = dropout
         self.first_layer_dropout = True
 
@@ -350,17 +352,19 @@ class BiLM(nn.Module):
     Stateless by default (every call starts from zero state). With `stateful=True`, each batch row
     keeps its final state for the next call, as the original tools do (doc 4.8). `lexicon` maps
     tokens to ids for models whose inputs are not UTF-8 bytes (src/elmo/manylangs.py).
+    `initialize=False` leaves the parameters unset, for a loader that fills every one of them or for
+    a shape-only copy on the meta device (initialising meta tensors imports torch._dynamo, ~1 s).
     """
 
     def __init__(self, config: BiLMConfig, char_rows: int = N_CODES, stateful: bool = False,
-                 lexicon: Lexicon | None = None):
+                 lexicon: Lexicon | None = None, initialize: bool = True):
         super().__init__()
         check_fits_memory(config)
         self.config = config
         self.lexicon = lexicon
-        self.char_encoder = CharEncoder(config, char_rows)
-        self.forward_lstm = LstmStack(config)
-        self.backward_lstm = LstmStack(config)
+        self.char_encoder = CharEncoder(config, char_rows, initialize)
+        self.forward_lstm = LstmStack(config, initialize=initialize)
+        self.backward_lstm = LstmStack(config, initialize=initialize)
         self.stateful = stateful
         self._states = RowStates()  # used in stateful mode only
         self.token_cache = TokenCache()

@@ -90,7 +90,7 @@ def _read_weights(f: h5py.File, path: str, config: BiLMConfig, stateful: bool) -
             f"or {N_CODES + 1} (with the zero padding row first); found shape {f['char_embed'].shape}"
         )
     with torch.device("meta"):  # every shape is compared with the file before anything is allocated
-        expected = dataset_map(BiLM(config, char_rows=rows))
+        expected = dataset_map(BiLM(config, char_rows=rows, initialize=False))
     missing = [name for name in expected if name not in present]
     if missing:
         raise ModelFileError(
@@ -109,7 +109,7 @@ def _read_weights(f: h5py.File, path: str, config: BiLMConfig, stateful: bool) -
     for name, (_, shape) in expected.items():
         if tuple(f[name].shape) != shape:
             raise ModelFileError(f"{path}: dataset '{name}' has shape {tuple(f[name].shape)}, expected {shape} from the options")
-    bilm = BiLM(config, char_rows=rows, stateful=stateful)
+    bilm = BiLM(config, char_rows=rows, stateful=stateful, initialize=False)  # every parameter is read below
     with torch.no_grad():
         for name, (param, shape) in dataset_map(bilm).items():
             data = f[name][...]
