@@ -1,0 +1,43 @@
+"""`elmo export-onnx MODEL OUT.onnx [--int8]`: the frozen biLM as one stateless ONNX graph (docs/serving.md)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+
+from ..errors import InputError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export-onnx", help="write a model's biLM as one ONNX graph (for ONNX Runtime)",
+                       description="Write the frozen biLM as one stateless ONNX graph: input char_ids (batch, tokens, "
+                       "50) int64 as elmo.batch_to_ids makes them, outputs layers (batch, layers, tokens, dim) and "
+                       "mask (batch, tokens). Every sentence starts from zero state; the graph cannot carry state "
+                       "between calls (docs/serving.md).")
+    p.add_argument("model", metavar="MODEL",
+                   help="any model reference `elmo embed --model` takes: a bundled or published name, a model "
+                   "directory (original, ManyLangs, NLPL, TensorFlow checkpoint) or an archive URL")
+    p.add_argument("output", metavar="OUT.onnx", help="the ONNX file to write (written to a temporary name, renamed)")
+    p.add_argument("--int8", action="store_true",
+                   help="quantize the matrix products with ONNX Runtime's dynamic quantization (needs onnxruntime)")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT.onnx if it exists")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..models import resolve
+    from ..onnx_export import export_onnx
+
+    if os.path.exists(args.output) and not args.overwrite:
+        raise InputError(f"{args.output}: exists; pass --overwrite to replace it")
+    missing = [name for name in ("onnx", *(["onnxruntime"] if args.int8 else [])) if not importlib.util.find_spec(name)]
+    if missing:
+        raise InputError(f"export-onnx needs {' and '.join(missing)}: pip install 'elmo-bilm[onnx]'")
+    bilm = resolve(args.model).load()
+    export_onnx(bilm, args.output, int8=args.int8)
+    size = os.path.getsize(args.output) / 1e6
+    print(f"{args.output}: {size:.1f} MB, {'int8' if args.int8 else 'float32'}, {bilm.num_layers} layers of "
+          f"{bilm.output_dim()}", file=sys.stderr)
+    return 0
