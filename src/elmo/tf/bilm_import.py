@@ -17,11 +17,13 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import torch
 
 from elmo.chars import N_CODES
 from elmo.errors import ModelFileError, ModelFileNotFound
 from elmo.fileio import atomic_dir, check_not_input
 from elmo.layout import OPTIONS_NAME, SOFTMAX_NAME, VOCAB_NAME, WEIGHTS_NAME
+from elmo.options import BiLMConfig
 from elmo.tf.checkpoint import TFCheckpoint, latest_checkpoint
 
 SCOPE = "lm/"
@@ -103,24 +105,73 @@ def biLM_tensors(ckpt: TFCheckpoint) -> dict[str, str]:
     return mapped
 
 
+def check_floats(ckpt: TFCheckpoint, names) -> None:
+    """Every variable that becomes a weight holds floats (an int32 tensor's bytes are not weights)."""
+    for name in names:
+        entry = ckpt.entry(name)
+        if not entry.is_float:
+            raise ModelFileError(f"{ckpt.prefix}: variable {name!r} is {entry.dtype}, expected floats")
+
+
+def check_against_options(ckpt: TFCheckpoint, mapped: dict[str, str], options: dict, options_file: Path) -> BiLMConfig:
+    """Every biLM variable's shape against the model the options describe, and the softmax's against it, from the
+    index alone (nothing read, nothing allocated): options of another model are refused before anything is written."""
+    from elmo.bilm import BiLM
+    from elmo.weights import dataset_map
+
+    config = BiLMConfig.from_options(options, source=str(options_file))
+    char_shape = ckpt.entry(mapped["char_embed"]).shape
+    rows = char_shape[0] if len(char_shape) == 2 and char_shape[0] in (N_CODES, N_CODES + 1) else N_CODES
+    with torch.device("meta"):
+        expected = {name: shape for name, (_, shape) in dataset_map(BiLM(config, char_rows=rows)).items()}
+    question = f"is {options_file} the options.json this checkpoint was trained with?"
+    missing = sorted(set(expected) - set(mapped))
+    if missing:
+        raise ModelFileError(f"{ckpt.prefix}: no variable for {missing[0]!r} (shape {list(expected[missing[0]])})"
+                             f"{f' and {len(missing) - 1} more' if len(missing) > 1 else ''}, which the options "
+                             f"call for; {question}")
+    extra = sorted(set(mapped) - set(expected))
+    if extra:
+        raise ModelFileError(f"{ckpt.prefix}: variable {mapped[extra[0]]!r} is not part of the model the options "
+                             f"describe{f' (and {len(extra) - 1} more)' if len(extra) > 1 else ''}; {question}")
+    for out, shape in sorted(expected.items()):
+        found = ckpt.entry(mapped[out]).shape
+        if tuple(found) != tuple(shape):
+            raise ModelFileError(f"{ckpt.prefix}: variable {mapped[out]!r} has shape {list(found)}, the options call "
+                                 f"for {list(shape)} ({out} of weights.hdf5); {question}")
+    W, b = ckpt.entry(SOFTMAX_W).shape, ckpt.entry(SOFTMAX_B).shape
+    if len(W) != 2 or W[1] != config.projection_dim or tuple(b) != (W[0],):
+        raise ModelFileError(f"{ckpt.prefix}: softmax W {list(W)} and b {list(b)}, expected (V, "
+                             f"{config.projection_dim}) and (V,) for the options' projection; {question}")
+    return config
+
+
 def write_weights(ckpt: TFCheckpoint, path: Path) -> None:
     """weights.hdf5 as dump_weights writes it: float32 datasets, one per biLM variable, read one at a time."""
+    mapped = biLM_tensors(ckpt)
+    check_floats(ckpt, mapped.values())
     with h5py.File(path, "w") as f:
-        for out, name in sorted(biLM_tensors(ckpt).items()):
+        for out, name in sorted(mapped.items()):
             entry = ckpt.entry(name)
-            if entry.dtype not in ("float32", "float16", "float64", "bfloat16"):
-                raise ModelFileError(f"{ckpt.prefix}: variable {name!r} is {entry.dtype}, expected floats")
             f.create_dataset(out, entry.shape, dtype="float32")[...] = np.asarray(ckpt.read(name), dtype=np.float32)
+
+
+def check_softmax_present(ckpt: TFCheckpoint) -> None:
+    if SOFTMAX_W not in ckpt.entries or SOFTMAX_B not in ckpt.entries:
+        raise ModelFileError(f"{ckpt.prefix}: no {SOFTMAX_W} and {SOFTMAX_B} (a checkpoint of bilm-tf's training "
+                             f"holds them; with share_embedding_softmax it does not)")
 
 
 def read_softmax(ckpt: TFCheckpoint) -> tuple[np.ndarray, np.ndarray]:
     """lm/softmax/W (V, P) and b (V,) as float32, without copies (the original's W alone is 1.6 GB)."""
-    if SOFTMAX_W not in ckpt.entries or SOFTMAX_B not in ckpt.entries:
-        raise ModelFileError(f"{ckpt.prefix}: no {SOFTMAX_W} and {SOFTMAX_B} (a checkpoint of bilm-tf's training "
-                             f"holds them; with share_embedding_softmax it does not)")
+    check_softmax_present(ckpt)
+    check_floats(ckpt, (SOFTMAX_W, SOFTMAX_B))
     W, b = (np.asarray(ckpt.read(name), dtype=np.float32) for name in (SOFTMAX_W, SOFTMAX_B))
     if W.ndim != 2 or b.shape != (W.shape[0],):
         raise ModelFileError(f"{ckpt.prefix}: softmax W {W.shape} and b {b.shape} do not fit together")
+    for name, values in ((SOFTMAX_W, W), (SOFTMAX_B, b)):
+        if not all(np.isfinite(rows).all() for rows in np.array_split(values, max(1, values.shape[0] // 65536))):
+            raise ModelFileError(f"{ckpt.prefix}: variable {name!r} holds NaN or infinite values")
     return W, b
 
 
@@ -146,6 +197,7 @@ def import_bilm_checkpoint(source: BilmCheckpoint, out_dir: str | os.PathLike, o
     """Write OUT: options.json (for prediction), weights.hdf5, softmax.hdf5 and (when known) vocab.txt, atomically.
     Without vocab.txt, scoring text needs the training vocabulary given again (`elmo perplexity --vocab`)."""
     from elmo.lm_vocab import write_vocab
+    from elmo.weights import load_bilm
 
     check_not_input(out_dir, {"CKPT_PREFIX": str(source.prefix), "--options": source.options_file,
                               "--vocab": source.vocab_file}, flag="OUT", folder=True)
@@ -156,6 +208,10 @@ def import_bilm_checkpoint(source: BilmCheckpoint, out_dir: str | os.PathLike, o
         raise ModelFileError(f"{out}: already holds {', '.join(present)}; pass --overwrite to replace them")
     options = prediction_options(read_training_options(source.options_file))
     ckpt = TFCheckpoint(source.prefix)
+    check_softmax_present(ckpt)
+    mapped = biLM_tensors(ckpt)
+    check_floats(ckpt, [*mapped.values(), SOFTMAX_W, SOFTMAX_B])
+    check_against_options(ckpt, mapped, options, source.options_file)
     W, b = read_softmax(ckpt)
     vocab = matching_vocab(source.vocab_file, W.shape[0], ckpt.prefix)
     with atomic_dir(out, replace=names) as tmp:
@@ -164,4 +220,5 @@ def import_bilm_checkpoint(source: BilmCheckpoint, out_dir: str | os.PathLike, o
         write_softmax(W, b, Path(tmp) / SOFTMAX_NAME)
         if vocab is not None:
             write_vocab(vocab.tokens, Path(tmp) / VOCAB_NAME)
+        load_bilm(Path(tmp) / OPTIONS_NAME, Path(tmp) / WEIGHTS_NAME)  # what first use will do: it loads, or nothing is kept
     return out

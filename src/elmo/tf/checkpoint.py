@@ -20,6 +20,7 @@ from elmo.tf.table import Table, mask_crc, read_varint
 
 CHUNK_BYTES = 1 << 24  # a large tensor is read and checksummed 16 MiB at a time
 READABLE_VERSION = 1  # tensor_bundle.h: kTensorBundleVersion
+MAX_DIMENSION = 1 << 48  # no real tensor has a dimension this long; bounds the shape arithmetic below
 SUFFIXES = re.compile(r"\.(index|meta|data-\d{5}-of-\d{5})$")
 
 
@@ -91,11 +92,16 @@ class TFCheckpoint:
             if not 0 <= entry.shard < header.num_shards or entry.offset < 0 or entry.size < 0:
                 raise ModelFileError(f"{where}: tensor {entry.name!r} points at shard {entry.shard} of "
                                      f"{header.num_shards}, offset {entry.offset}, size {entry.size} (damaged)")
-            dtype = entry.numpy_dtype
-            itemsize = 2 if entry.dtype == "bfloat16" else dtype.itemsize if dtype is not None else None
-            if itemsize is not None and entry.size != entry.count * itemsize:
+            if any(dim > MAX_DIMENSION for dim in entry.shape):
+                raise ModelFileError(f"{where}: tensor {entry.name!r} claims shape {list(entry.shape)}, a dimension "
+                                     f"beyond {MAX_DIMENSION:,} (damaged)")
+            itemsize = entry.itemsize
+            if itemsize is not None and entry.size != entry.count * itemsize:  # exact: Python ints never overflow
                 raise ModelFileError(f"{where}: tensor {entry.name!r} ({entry.dtype}, shape {list(entry.shape)}) "
                                      f"should take {entry.count * itemsize} bytes, the index says {entry.size}")
+            if itemsize is None and entry.count > entry.size:  # a string takes at least its one-byte length
+                raise ModelFileError(f"{where}: string tensor {entry.name!r} of {entry.count} values in "
+                                     f"{entry.size} bytes (damaged)")
 
     def names(self) -> list[str]:
         return sorted(self.entries)
@@ -114,6 +120,7 @@ class TFCheckpoint:
         """The tensor's stored bytes (uint8), read with one seek and checked against its CRC32C."""
         entry = self.entry(name)
         path = self.shard_path(entry.shard)
+        self._check_extent(entry, path)
         buffer = np.empty(entry.size, dtype=np.uint8)
         crc = 0
         try:
@@ -133,6 +140,18 @@ class TFCheckpoint:
             raise ModelFileError(f"{path}: tensor {name!r} fails its CRC32C check (index {entry.crc32c:#010x}, "
                                  f"data {mask_crc(crc):#010x}): the file is damaged")
         return buffer
+
+    def _check_extent(self, entry: TensorEntry, path: Path) -> None:
+        """The bytes the index claims must lie in the data file: checked before a buffer of that size is made."""
+        try:
+            available = path.stat().st_size
+        except OSError as e:
+            raise ModelFileError(f"{path}: cannot read tensor {entry.name!r}: {e.strerror or e} (a checkpoint's "
+                                 f".data-* files lie beside its .index)") from e
+        if entry.offset + entry.size > available:
+            raise ModelFileError(f"{path}: tensor {entry.name!r} ({entry.dtype}, shape {list(entry.shape)}) claims "
+                                 f"bytes {entry.offset:,}..{entry.offset + entry.size:,}, which runs past the end of the file "
+                                 f"({available:,} bytes; truncated, or the index is damaged)")
 
     def read(self, name: str) -> np.ndarray:
         """The tensor as a numpy array of its dtype (bfloat16 widened exactly to float32; strings as bytes objects)."""

@@ -6,6 +6,7 @@ numbers from tensorflow/core/protobuf/tensor_bundle.proto. No protobuf or Tensor
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ DTYPES: dict[int, tuple[str, np.dtype | None]] = {
     18: ("complex128", np.dtype("<c16")), 19: ("float16", np.dtype("<f2")), 22: ("uint32", np.dtype("<u4")),
     23: ("uint64", np.dtype("<u8")),
 }
+FLOAT_DTYPES = ("float32", "float16", "float64", "bfloat16")
 OTHER_DTYPE_NAMES = {11: "qint8", 12: "quint8", 13: "qint32", 15: "qint16", 16: "quint16", 20: "resource",
                      21: "variant"}
 
@@ -100,7 +102,20 @@ class TensorEntry:
 
     @property
     def count(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        """The number of values, exact (Python ints: a product of claimed dimensions cannot wrap to 0)."""
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int | None:
+        """Bytes per value; None for strings (their bytes have their own lengths)."""
+        if self.dtype == "bfloat16":
+            return 2
+        dtype = self.numpy_dtype
+        return None if dtype is None else dtype.itemsize
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype in FLOAT_DTYPES
 
 
 def _shape(data: bytes, where: str) -> tuple[int, ...]:

@@ -1,0 +1,238 @@
+"""Issue #66, the fourth adversarial round (docs/reliability.md, "Fourth round"): one section per class; the
+cases are members of each class, not only the ones the issue saw. Class 6 (saved framework models) is tested
+beside the integrations."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from elmo.errors import ElmoError, ModelFileError
+
+pytest.importorskip("google_crc32c", reason="the `tf` extra (google-crc32c) is not installed")
+
+from tf_index import DTYPE_CODES, entry_of, field_bytes, field_int, read_items, write_table  # noqa: E402
+
+from elmo.tf import TFCheckpoint  # noqa: E402
+from elmo.tf.bilm_import import BilmCheckpoint, import_bilm_checkpoint  # noqa: E402
+from elmo.tf.proto import parse_entry  # noqa: E402
+
+TF_DATA = Path(__file__).parent / "data" / "tf"
+BILM_PREFIX = "model.ckpt-120"
+
+
+def bilm_run(tmp_path: Path) -> Path:
+    """A copy of the bilm-tf training run of tests/data/tf (its checkpoint, `checkpoint` file and options)."""
+    run = tmp_path / "bilm-run"
+    shutil.copytree(TF_DATA / "bilm-run", run)
+    return run
+
+
+def rewrite_entry(prefix: Path, name: str, **changes) -> None:
+    """Change one tensor's index entry (shape, size, dtype, ...), every checksum of the index kept valid."""
+    index = prefix.with_name(prefix.name + ".index")
+    items = read_items(index)
+    key = name.encode("utf-8")
+    entry = parse_entry(name, dict(items)[key], name)
+    write_table(index, [(k, entry_of(entry, **changes) if k == key else v) for k, v in items])
+
+
+def one_line(error: BaseException) -> str:
+    message = str(error)
+    assert "\n" not in message and "Traceback" not in message, message
+    return message
+
+
+# ---- #66.1 a size a file claims is checked against the file before anything is allocated -----------------------
+
+def test_the_rewritten_index_reads_as_the_original(tmp_path):
+    run = bilm_run(tmp_path)
+    index = run / f"{BILM_PREFIX}.index"
+    write_table(index, read_items(index))
+    ckpt, original = TFCheckpoint(run / BILM_PREFIX), TFCheckpoint(TF_DATA / "bilm-run" / BILM_PREFIX)
+    assert ckpt.entries == original.entries
+    assert (ckpt.read("lm/softmax/W") == original.read("lm/softmax/W")).all()
+
+
+@pytest.mark.parametrize("shape", [(1 << 20, 1 << 18), (1 << 38,), (1 << 30, 1 << 29)])
+def test_a_tensor_larger_than_its_data_file_is_refused_before_allocating(tmp_path, monkeypatch, shape):
+    """A 1 TiB (and larger) claim whose shape agrees with its size: compared with the file, never allocated."""
+    import numpy as np
+
+    import elmo.tf.checkpoint as module
+
+    prefix = bilm_run(tmp_path) / BILM_PREFIX
+    size = 4 * int(np.prod(shape, dtype=object))
+    rewrite_entry(prefix, "lm/char_embed", shape=shape, size=size)
+    ckpt = TFCheckpoint(prefix)
+    monkeypatch.setattr(module.np, "empty", lambda *a, **k: pytest.fail("allocated before the size was checked"))
+    with pytest.raises(ModelFileError, match=r"claims bytes .* runs past the end of the file \(195,688 bytes"):
+        ckpt.read("lm/char_embed")
+
+
+@pytest.mark.parametrize("shape", [(1 << 32, 1 << 32, 4), (1 << 62, 4), (1 << 63, 2), (3, 1 << 62, 1 << 3)])
+def test_dimensions_whose_product_overflows_are_refused(tmp_path, shape):
+    """int64 arithmetic wrapped these to 0 bytes, which then passed the size check."""
+    prefix = bilm_run(tmp_path) / BILM_PREFIX
+    rewrite_entry(prefix, "lm/CNN/b_cnn_0", shape=shape, size=0)
+    with pytest.raises(ModelFileError) as error:
+        TFCheckpoint(prefix)
+    assert "lm/CNN/b_cnn_0" in one_line(error.value)
+
+
+def test_a_huge_dimension_of_an_empty_tensor_is_refused(tmp_path):
+    prefix = bilm_run(tmp_path) / BILM_PREFIX
+    rewrite_entry(prefix, "lm/CNN/b_cnn_0", shape=(0, 1 << 60), size=0)
+    with pytest.raises(ModelFileError, match="a dimension beyond"):
+        TFCheckpoint(prefix)
+
+
+@pytest.mark.parametrize("name", ["lm/softmax/W", "lm/softmax/b", "lm/char_embed", "lm/CNN/W_cnn_0"])
+@pytest.mark.parametrize("dtype", ["int32", "uint32", "bool", "string"])
+def test_every_imported_tensor_is_checked_for_floats(tmp_path, name, dtype):
+    """The softmax's dtype was not checked: an int32 softmax was imported as garbage floats."""
+    run = bilm_run(tmp_path)
+    prefix = run / BILM_PREFIX
+    entry = TFCheckpoint(prefix).entry(name)
+    itemsize = {"int32": 4, "uint32": 4, "bool": 1, "string": None}[dtype]
+    changes = {"dtype": DTYPE_CODES[dtype]}
+    if itemsize == 1:
+        changes["shape"] = entry.shape[:-1] + (entry.shape[-1] * 4,)
+    rewrite_entry(prefix, name, **changes)
+    out = tmp_path / "out"
+    with pytest.raises(ModelFileError) as error:
+        import_bilm_checkpoint(BilmCheckpoint(prefix, run / "options.json", None), out)
+    assert f"{name!r} is {dtype}, expected floats" in one_line(error.value)
+    assert not out.exists()
+
+
+def _mutated_entry(rng: random.Random, entry) -> bytes:
+    """One lie about a tensor: its dtype, shape, place or size (alone, or a shape and size that agree)."""
+    big = [0, 1, 2, 7, 1 << 20, 1 << 31, 1 << 32, 1 << 40, 1 << 48, 1 << 49, 1 << 62, (1 << 63) - 1, 1 << 63, -1]
+    kind = rng.randrange(8)
+    if kind == 0:
+        return entry_of(entry, dtype=rng.choice(sorted(DTYPE_CODES.values()) + [0, 11, 20, 21, 99, 1 << 40]))
+    if kind == 1:
+        shape = list(entry.shape)
+        if shape and rng.random() < 0.7:
+            shape[rng.randrange(len(shape))] = rng.choice(big)
+        else:
+            shape.append(rng.choice(big))
+        return entry_of(entry, shape=shape)
+    if kind == 2:
+        return entry_of(entry, size=rng.choice(big + [entry.size + 1, entry.size - 1]))
+    if kind == 3:
+        return entry_of(entry, offset=rng.choice(big + [entry.offset + 4, 195_688 - entry.size + 1]))
+    if kind == 4:
+        return entry_of(entry, shard=rng.choice([1, 2, 99_999, 1 << 32, -1]))
+    if kind == 5:  # a shape and a size that agree with each other, not with the data file
+        shape = tuple(rng.choice([1, 3, 1 << 10, 1 << 20, 1 << 31, 1 << 40]) for _ in range(rng.randint(1, 4)))
+        count = 1
+        for dim in shape:
+            count *= dim
+        return entry_of(entry, shape=shape, size=4 * count, dtype=DTYPE_CODES["float32"])
+    if kind == 6:
+        return entry_of(entry, shape=entry.shape[::-1] if len(entry.shape) > 1 else (1, *entry.shape))
+    value = bytearray(entry_of(entry))
+    for _ in range(rng.randint(1, 4)):
+        value[rng.randrange(len(value))] = rng.randrange(256)
+    return bytes(value)
+
+
+def _mutated_header(rng: random.Random) -> bytes:
+    version = field_int(1, rng.choice([0, 1, 5])) + field_int(2, rng.choice([0, 1, 2, 1 << 40]))
+    return (field_int(1, rng.choice([0, 1, 2, 100_000, 1 << 40, -1])) + field_int(2, rng.choice([0, 0, 1]))
+            + field_bytes(3, version))
+
+
+def test_fuzz_the_index_with_valid_checksums(tmp_path):
+    """Seeded lies in the index's entries behind valid checksums: reading every tensor and importing the model
+    each load or are refused in one line, never another exception."""
+    run = bilm_run(tmp_path)
+    prefix = run / BILM_PREFIX
+    index = prefix.with_name(prefix.name + ".index")
+    items = read_items(index)
+    entries = {k: parse_entry(k.decode(), v, "") for k, v in items if k}
+    rng = random.Random(66)
+    outcomes = {"loaded": 0, "refused": 0}
+    for i in range(240):
+        mutated = dict(items)
+        for _ in range(rng.choice([1, 1, 2])):
+            if rng.random() < 0.08:
+                mutated[b""] = _mutated_header(rng)
+            else:
+                key = rng.choice(sorted(entries))
+                mutated[key] = _mutated_entry(rng, entries[key])
+        write_table(index, list(mutated.items()))
+        for attempt in ("read", "import"):
+            try:
+                if attempt == "read":
+                    ckpt = TFCheckpoint(prefix)
+                    for name in ckpt.names():
+                        ckpt.read(name)
+                else:
+                    import_bilm_checkpoint(BilmCheckpoint(prefix, run / "options.json", None), tmp_path / "out",
+                                           overwrite=True)
+                outcomes["loaded"] += 1
+            except ElmoError as e:
+                one_line(e)
+                outcomes["refused"] += 1
+            except Exception as e:  # noqa: BLE001  (the point: nothing else may come out)
+                pytest.fail(f"mutation {i} ({attempt}): {type(e).__name__}: {e}")
+    assert outcomes["refused"] > 240 and outcomes["loaded"] > 0, outcomes
+
+
+# ---- #66.4 nothing says "wrote" before what it wrote is known to load ---------------------------------------------
+
+@pytest.mark.parametrize("change", [
+    lambda o: o["lstm"].update(dim=32), lambda o: o["lstm"].update(projection_dim=16),
+    lambda o: o["lstm"].update(n_layers=1), lambda o: o["char_cnn"].update(n_highway=1),
+    lambda o: o["char_cnn"]["filters"].pop(), lambda o: o["char_cnn"]["embedding"].update(dim=8),
+    lambda o: o["lstm"].pop("projection_dim"),
+])
+def test_import_with_options_of_another_model_writes_nothing(tmp_path, capsys, change):
+    import json
+
+    from elmo.cli import main
+
+    run = bilm_run(tmp_path)
+    options = json.loads((run / "options.json").read_text())
+    change(options)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(options))
+    out = tmp_path / "out"
+    assert main(["import-tf", str(run), str(out), "--options", str(other)]) == 2
+    err = capsys.readouterr()
+    assert "wrote" not in err.out and not out.exists()
+    assert "the options.json this checkpoint was trained with?" in one_line(err.err.strip())
+
+
+def test_import_of_a_one_dimensional_char_embed_of_the_right_size_writes_nothing(tmp_path, capsys):
+    from elmo.cli import main
+
+    run = bilm_run(tmp_path)
+    prefix = run / BILM_PREFIX
+    rows, dim = TFCheckpoint(prefix).entry("lm/char_embed").shape
+    rewrite_entry(prefix, "lm/char_embed", shape=(rows * dim,))
+    assert main(["import-tf", str(run), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr()
+    assert "'lm/char_embed' has shape [1044], the options call for [261, 4]" in err.err and "wrote" not in err.out
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_import_that_would_not_load_leaves_nothing(tmp_path, monkeypatch):
+    """The written folder is loaded as first use loads it before it is renamed into place."""
+    import elmo.weights
+
+    run = bilm_run(tmp_path)
+
+    def refuse(*args, **kwargs):
+        raise ModelFileError("weights.hdf5: refused at load")
+
+    monkeypatch.setattr(elmo.weights, "load_bilm", refuse)
+    with pytest.raises(ModelFileError, match="refused at load"):
+        import_bilm_checkpoint(BilmCheckpoint(run / BILM_PREFIX, run / "options.json", None), tmp_path / "out")
+    assert not (tmp_path / "out").exists() and list(tmp_path.iterdir()) == [run]
