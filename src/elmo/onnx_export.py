@@ -59,7 +59,7 @@ class GraphBuilder:
     def const(self, value, hint: str = "c", dtype=np.float32) -> str:
         array = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
         name = self.name(hint)
-        self.initializers.append(self.onnx.numpy_helper.from_array(np.ascontiguousarray(array, dtype=dtype), name))
+        self.initializers.append(self.onnx.numpy_helper.from_array(np.array(array, dtype=dtype, order="C"), name))
         return name
 
     def ints(self, values: Sequence[int], hint: str = "i") -> str:
