@@ -231,7 +231,7 @@ def test_parts_are_cut_between_documents_and_resume(tmp_path, separated, allennl
         def update(self, n=1):
             pass
 
-    write_parts(embedder, str(path), plan, [0, 2], spec, batch_size=64, bar=NoBar())
+    write_parts(embedder, plan, [0, 2], spec, batch_size=64, bar=NoBar())
     args = ["embed", str(path), out, *model_flags(allennlp_dir), "--part-lines", "2", "--resume"]
     assert cli_main(args) != 0  # parts of document mode are not taken for sentence mode's
     assert "context='document' there, None now" in capsys.readouterr().err

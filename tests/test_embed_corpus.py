@@ -87,7 +87,7 @@ def leave_parts(tmp_path, model_dir, blocks, spec=OutputSpec()):
     out = str(tmp_path / "o.hdf5")
     plan = make_plan(embedder, str(path), out, spec, part_lines=10, use_sentence_keys=False, overwrite=False,
                      resume=False)
-    write_parts(embedder, str(path), plan, blocks, spec, batch_size=64, bar=_NoBar())  # the CLI default
+    write_parts(embedder, plan, blocks, spec, batch_size=64, bar=_NoBar())  # the CLI default
     return path, out
 
 

@@ -195,3 +195,16 @@ def test_the_length_checks_find_a_long_function_and_a_long_module(tmp_path, monk
 
 def test_no_module_in_src_over_450_lines():
     assert long_modules(SRC) == []
+
+
+def test_the_input_of_elmo_embed_has_one_home():
+    """INPUT's path, state, line limits and lines live in elmo.embed_input; the embedding modules go down to it and
+    take none of it from each other (once, a run entered embed_file.py 9 times for pieces of its input)."""
+    graph = import_graph()
+    assert "elmo.embed_input" in graph["elmo.embed_file"] and "elmo.embed_input" in graph["elmo.embed_corpus"]
+    assert graph["elmo.embed_input"].isdisjoint({"elmo.embed_file", "elmo.embed_corpus"})
+    tree = ast.parse((SRC / "elmo" / "embed_corpus.py").read_text(encoding="utf-8"))
+    from_embed_file = {a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module == "embed_file"
+                       for a in node.names}
+    assert from_embed_file and from_embed_file.isdisjoint({"LineLimits", "EmbedInput", "check_input", "input_state",
+                                                           "check_unchanged", "count_tokens"})

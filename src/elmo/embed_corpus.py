@@ -26,7 +26,7 @@ import os
 import shutil
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypeVar
 
@@ -36,8 +36,9 @@ from tqdm import tqdm
 
 from .devices import TorchrunPlace
 from .documents import check_context, check_document_length, is_document_break
-from .embed_file import (LineLimits, OutputSpec, check_input, check_output, check_sentence_key, check_unchanged,
-                         embed_lines, index_key, input_state, link_plist, remove_temporaries, write_index)
+from .embed_file import (OutputSpec, check_output, check_sentence_key, embed_lines, index_key, link_plist,
+                         remove_temporaries, write_index)
+from .embed_input import EmbedInput, LineLimits
 from .embedder import Embedder, check_batch_size
 from .errors import ElmoError, InputError, OutputError
 from .fileio import hash_file, hdf5_output, output_lock
@@ -101,8 +102,7 @@ class Plan:
     blocks: list[tuple[int, int]]
     tokens: list[int]
     todo: list[int]
-    input_state: tuple[int, int, int] = (0, 0, 0)
-    limits: LineLimits = field(default_factory=LineLimits)
+    source: EmbedInput | None = None  # INPUT, its state when planned and its line limits
 
     @property
     def n_lines(self) -> int:
@@ -148,21 +148,21 @@ def parts_dir_of(output_file: str) -> str:
     return output_file + ".parts"
 
 
-def scan_input(path: str, part_lines: int, use_sentence_keys: bool, context: str = "sentence",
-               limits: LineLimits | None = None) -> tuple[dict, list[tuple[int, int]], list[int]]:
+def scan_input(source: EmbedInput, part_lines: int, use_sentence_keys: bool,
+               context: str = "sentence") -> tuple[dict, list[tuple[int, int]], list[int]]:
     """One pass over INPUT: its sha256 and line count, the blocks with their token counts.
 
-    Invalid UTF-8, a line over `limits`, and with `use_sentence_keys` an empty or repeated sentence, is an
+    Invalid UTF-8, a line over the source's limits, and with `use_sentence_keys` an empty or repeated sentence, is an
     error naming the line before any work is done (the set of sentences is kept only in that mode). With context
     "document" a block starts only at a document break, once the block before holds `part_lines`
     lines, so no document is split between parts; a document that is too long is an error.
     """
     blocks, tokens, seen = [], [], set()
     in_document = 0  # sentence lines since the last document break
-    limits = limits or LineLimits()
-    for number, text in limits.lines(path):
+    path = source.path
+    for number, text in source.lines():
         words = len(text.split())
-        limits.check_tokens(words, path, number)
+        source.check_tokens(words, number)
         if context == "sentence":
             starts = number % part_lines == 0
         else:
@@ -190,18 +190,16 @@ def make_plan(embedder: Embedder, input_file: str, output_file: str, spec: Outpu
     if part_lines <= 0:
         raise InputError(f"--part-lines must be positive, found {part_lines}")
     spec.check_model(embedder.bilm.num_layers)
-    check_input(input_file)
-    check_output(output_file, overwrite, input_file)
+    source = EmbedInput.open(input_file, limits)
+    check_output(output_file, overwrite, source.path)
     remove_temporaries(output_file)  # a killed join's OUTPUT-sized temporary (OUTPUT's lock is held)
-    before = input_state(input_file)
-    limits = limits or LineLimits()
-    input_id, blocks, tokens = scan_input(input_file, part_lines, use_sentence_keys, check_context(context), limits)
+    input_id, blocks, tokens = scan_input(source, part_lines, use_sentence_keys, check_context(context))
     settings = {**spec.settings(), "part_lines": part_lines}
     if context != "sentence":  # sentence-mode headers stay as they were, so their parts still resume
         settings["context"] = context
     header = {"format": PART_FORMAT, "model": model_fingerprint(embedder.bilm), "input": input_id, "settings": settings}
-    plan = Plan(parts_dir_of(output_file), header, blocks, tokens, list(range(len(blocks))), before, limits)
-    check_unchanged(input_file, plan.input_state)  # not edited while it was hashed
+    plan = Plan(parts_dir_of(output_file), header, blocks, tokens, list(range(len(blocks))), source)
+    source.check_unchanged()  # not edited while it was hashed
     if os.path.isdir(plan.parts_dir):
         if resume:
             remove_leftovers(plan.parts_dir, output_file)
@@ -310,11 +308,11 @@ def remove_parts(parts_dir: str) -> None:
         os.rmdir(parts_dir)
 
 
-def write_parts(embedder: Embedder, input_file: str, plan: Plan, blocks: list[int], spec: OutputSpec,
-                batch_size: int, bar: tqdm) -> None:
+def write_parts(embedder: Embedder, plan: Plan, blocks: list[int], spec: OutputSpec, batch_size: int,
+                bar: tqdm) -> None:
     """Embed `blocks` (sorted) in one pass over INPUT, one atomically written part file per block."""
     todo = set(blocks)
-    for block, lines in itertools.groupby(plan.limits.lines(input_file), key=lambda item: plan.block_of(item[0])):
+    for block, lines in itertools.groupby(plan.source.lines(), key=lambda item: plan.block_of(item[0])):
         if not todo:
             break
         if block not in todo:
@@ -323,7 +321,7 @@ def write_parts(embedder: Embedder, input_file: str, plan: Plan, blocks: list[in
         embedder.bilm.token_cache.clear()  # a block's numbers must not depend on the blocks run before it
         with hdf5_output(plan.part_path(block), spec.libver) as (out, check_written):
             out.attrs[PART_ATTR] = json.dumps({**plan.header, "lines": list(plan.blocks[block])})
-            arrays = embed_lines(embedder, list(lines), batch_size, plan.context, input_file)
+            arrays = embed_lines(embedder, list(lines), batch_size, plan.context, plan.source.path)
             for i, vectors in enumerate(arrays):
                 spec.write(out, str(start + i), vectors)
                 check_written()
@@ -331,8 +329,8 @@ def write_parts(embedder: Embedder, input_file: str, plan: Plan, blocks: list[in
         todo.discard(block)
 
 
-def join_parts(input_file: str, output_file: str, plan: Plan, spec: OutputSpec, forget_sentences: bool,
-               use_sentence_keys: bool, progress: bool) -> None:
+def join_parts(output_file: str, plan: Plan, spec: OutputSpec, forget_sentences: bool, use_sentence_keys: bool,
+               progress: bool) -> None:
     """Copy every line's dataset, in line order, from the parts into OUTPUT (atomically), then drop the parts."""
     missing = [plan.part_path(b) for b in range(len(plan.blocks)) if not os.path.exists(plan.part_path(b))]
     if missing:
@@ -342,7 +340,7 @@ def join_parts(input_file: str, output_file: str, plan: Plan, spec: OutputSpec, 
     if not keep_parts:
         tqdm.write("elmo embed: too little space to keep the parts until OUTPUT is complete; each part is removed "
                    "once it is copied (if the join fails, --resume re-embeds those)", file=sys.stderr)
-    check_unchanged(input_file, plan.input_state)
+    plan.source.check_unchanged()
     keep_index = not (forget_sentences or use_sentence_keys)
     texts: dict[str, str] = {}
     part, open_block = None, -1
@@ -350,7 +348,7 @@ def join_parts(input_file: str, output_file: str, plan: Plan, spec: OutputSpec, 
                disable=not progress, dynamic_ncols=True)
     try:
         with bar, hdf5_output(output_file, spec.libver) as (out, check_written):
-            for number, text in plan.limits.lines(input_file):
+            for number, text in plan.source.lines():
                 if (block := plan.block_of(number)) != open_block:
                     if part is not None:
                         part.close()
@@ -362,7 +360,7 @@ def join_parts(input_file: str, output_file: str, plan: Plan, spec: OutputSpec, 
                 try:
                     h5py.h5o.copy(part.id, str(number).encode(), out.id, key.encode(), lcpl=link_plist())
                 except (KeyError, ValueError, RuntimeError) as e:
-                    raise InputError(f"{input_file}, line {number + 1}: cannot store the sentence {key!r} as an "
+                    raise InputError(f"{plan.source.path}, line {number + 1}: cannot store the sentence {key!r} as an "
                                      f"HDF5 key ({e}); drop --use-sentence-keys to key by line number") from None
                 check_written()
                 if keep_index:
@@ -370,7 +368,7 @@ def join_parts(input_file: str, output_file: str, plan: Plan, spec: OutputSpec, 
                 bar.update()
             if keep_index:
                 write_index(out, texts)
-            check_unchanged(input_file, plan.input_state)  # OUTPUT is renamed into place only after this
+            plan.source.check_unchanged()  # OUTPUT is renamed into place only after this
     finally:
         if part is not None:
             part.close()
@@ -386,7 +384,7 @@ def embed_corpus(embedder: Embedder, input_file: str | os.PathLike, output_file:
 
     Call it on every rank with the same arguments (torchrun); without torchrun, `ranks` is rank 0 of 1.
     `context`: see `embed_file.embed_lines`; in "document" mode parts are cut between documents only.
-    `limits`: the longest line allowed (`embed_file.LineLimits`), checked by number before any line is embedded.
+    `limits`: the longest line allowed (`embed_input.LineLimits`), checked by number before any line is embedded.
     """
     input_file, output_file = os.fspath(input_file), os.fspath(output_file)
     check_batch_size(batch_size)
@@ -401,8 +399,8 @@ def embed_corpus(embedder: Embedder, input_file: str | os.PathLike, output_file:
 
         plan = ranks.from_rank0(locked_plan)
         try:
-            embed_plan(embedder, input_file, output_file, plan, spec, batch_size, forget_sentences, use_sentence_keys,
-                       progress, ranks)
+            embed_plan(embedder, output_file, plan, spec, batch_size, forget_sentences, use_sentence_keys, progress,
+                       ranks)
         except BaseException:
             if ranks.rank == 0:
                 with contextlib.suppress(OSError):  # no finished part to resume from: leave nothing behind
@@ -410,7 +408,7 @@ def embed_corpus(embedder: Embedder, input_file: str | os.PathLike, output_file:
             raise
 
 
-def embed_plan(embedder: Embedder, input_file: str, output_file: str, plan: Plan, spec: OutputSpec, batch_size: int,
+def embed_plan(embedder: Embedder, output_file: str, plan: Plan, spec: OutputSpec, batch_size: int,
                forget_sentences: bool, use_sentence_keys: bool, progress: bool, ranks: Ranks) -> None:
     """This rank's share of the missing parts, then (rank 0) the join."""
     part_lines = plan.part_lines
@@ -425,10 +423,10 @@ def embed_plan(embedder: Embedder, input_file: str, output_file: str, plan: Plan
     desc = "embedding" if ranks.world == 1 else f"embedding (rank 0 of {ranks.world})"
     with tqdm(total=sum(plan.tokens[b] for b in mine), unit="tok", unit_scale=True, desc=desc, disable=not show,
               dynamic_ncols=True) as bar:
-        write_parts(embedder, input_file, plan, mine, spec, batch_size, bar)
+        write_parts(embedder, plan, mine, spec, batch_size, bar)
     if show and ranks.world > 1:
         tqdm.write("elmo embed: rank 0's parts are written; waiting for the other ranks", file=sys.stderr)
     ranks.barrier()
     if ranks.rank == 0:
-        join_parts(input_file, output_file, plan, spec, forget_sentences, use_sentence_keys, progress)
+        join_parts(output_file, plan, spec, forget_sentences, use_sentence_keys, progress)
 

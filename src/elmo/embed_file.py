@@ -2,7 +2,8 @@
 
 `OutputSpec` says what one line's dataset holds (layers, pooling, dtype, compression); it is shared by
 the direct writer here (library, `ElmoEmbedder.embed_file`, `--stateful`) and the part files of
-`embed_corpus`, so both produce the same datasets.
+`embed_corpus`, so both produce the same datasets. INPUT (its checks, state and line limits) is
+`elmo.embed_input.EmbedInput`.
 """
 
 from __future__ import annotations
@@ -20,44 +21,20 @@ import numpy as np
 from tqdm import tqdm
 
 from .documents import check_context, line_documents
+from .embed_input import EmbedInput, LineLimits
+from .embed_input import MAX_LINE_BYTES, MAX_LINE_TOKENS, count_tokens  # noqa: F401  (their old home, kept for imports)
+from .embed_input import check_input, check_unchanged, input_state  # noqa: F401  (their old home, kept for imports)
 from .embedder import LAYER_CHOICES, Embedder, check_batch_size, select_layers
 from .errors import InputError, InputFileNotFound, OutputError
-from .fileio import MAX_LINE_BYTES, check_file, check_not_input, hdf5_output, iter_lines, output_lock
+from .fileio import check_not_input, hdf5_output, output_lock
 from .long_lines import LONG_LINE_WINDOW, embed_sentences_windowed
 
 DTYPES = ("float32", "float16")
 POOLS = ("mean", "max")
 COMPRESSIONS = ("gzip", "lzf")
 INDEX_KEY = "sentence_to_index"
-MAX_LINE_TOKENS = 100_000  # per line; `elmo embed --max-line-tokens` raises it (a sentence is tens of tokens)
 MAX_INDEX_KEY_CHARS = 10_000  # a longer line's `sentence_to_index` key is a prefix and a hash (`index_key`)
 INDEX_KEY_PREFIX_CHARS = 200
-
-
-@dataclass(frozen=True)
-class LineLimits:
-    """What one line of `elmo embed`'s INPUT may hold. Bytes are checked as each line is read (the reader
-    never holds more), tokens while INPUT is counted, before any line is embedded; either refusal names the
-    line and the flag that raises the limit. A line's vectors take (L+1) x 2P x 4 bytes per token (6 KB for
-    the bundled model, 12 KB for the original one), so the default token limit bounds one line's output."""
-
-    max_bytes: int = MAX_LINE_BYTES
-    max_tokens: int = MAX_LINE_TOKENS
-
-    def __post_init__(self):
-        for flag, value in (("--max-line-bytes", self.max_bytes), ("--max-line-tokens", self.max_tokens)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InputError(f"{flag} must be a positive integer, found {value!r}")
-
-    def lines(self, path: str | os.PathLike) -> Iterator[tuple[int, str]]:
-        """(line number, text) of `path`, a line over `max_bytes` refused by number before it is in memory."""
-        return iter_lines(path, self.max_bytes, "--max-line-bytes")
-
-    def check_tokens(self, tokens: int, source: str, number: int) -> None:
-        if tokens > self.max_tokens:
-            raise InputError(f"{source}, line {number + 1}: {tokens:,} tokens, more than the {self.max_tokens:,} "
-                             "allowed in one line (expected one tokenized sentence per line); nothing was embedded; "
-                             "--max-line-tokens raises the limit")
 
 
 def index_key(sentence: str) -> str:
@@ -180,11 +157,6 @@ def parse_layers(text: str | None) -> tuple[int, ...] | None:
         raise InputError(f"--layers expects comma-separated layer numbers such as 1,2; found {text!r}") from None
 
 
-def check_input(input_file: str | os.PathLike) -> str:
-    """INPUT must be a regular file: it is read more than once (to count, to plan parts, to join)."""
-    return check_file(input_file, "a text file, one sentence per line", regular=True)
-
-
 def check_output(output_file: str | os.PathLike, overwrite: bool, input_file: str | os.PathLike | None = None) -> str:
     """OUTPUT must be a file path in an existing directory, new unless `overwrite`, and not INPUT."""
     output_file = os.fspath(output_file)
@@ -217,18 +189,6 @@ def check_writable_folder(output_file: str, directory: str) -> None:
                           "OUTPUT's temporary files add 18: choose a shorter name")
 
 
-def count_tokens(path: str | os.PathLike, limits: LineLimits | None = None) -> tuple[int, int]:
-    """(lines, tokens) of `path`; invalid UTF-8 and a line over `limits` are an error naming the line."""
-    limits = limits or LineLimits()
-    lines = tokens = 0
-    for number, text in limits.lines(path):
-        n = len(text.split())
-        limits.check_tokens(n, os.fspath(path), number)
-        lines += 1
-        tokens += n
-    return lines, tokens
-
-
 def embed_file(
     embedder: Embedder,
     input_file: str | os.PathLike,
@@ -253,21 +213,18 @@ def embed_file(
     gives an empty dataset, so keys stay aligned with lines. Unless `forget_sentences` or
     `use_sentence_keys`, a `sentence_to_index` dataset maps each sentence to its key. The file is
     written under a temporary name and renamed at the end. See `OutputSpec` for the other options,
-    `embed_lines` for `context`, `LineLimits` for `limits`.
+    `embed_lines` for `context`, `embed_input.LineLimits` for `limits`.
     """
     spec = OutputSpec(output_format, None if layers is None else tuple(layers), pool, dtype, compression)
     check_batch_size(batch_size)
-    limits = limits or LineLimits()
-    input_file = check_input(input_file)
-    output_file = check_output(output_file, overwrite, input_file)
+    source = EmbedInput.open(input_file, limits)
+    output_file = check_output(output_file, overwrite, source.path)
     with output_lock(output_file):  # one writer per output
         remove_temporaries(output_file)  # a killed run's OUTPUT-sized temporary
-        before = input_state(input_file)
-        _, n_tokens = count_tokens(input_file, limits)  # also validates UTF-8 before any work is done
-        write_lines(embedder, limits.lines(input_file), output_file, spec, batch_size=batch_size,
+        _, n_tokens = source.count()  # also validates UTF-8 before any work is done
+        write_lines(embedder, source.lines(), output_file, spec, batch_size=batch_size,
                     forget_sentences=forget_sentences, use_sentence_keys=use_sentence_keys, progress=progress,
-                    total_tokens=n_tokens, source=os.fspath(input_file), context=context,
-                    before_rename=lambda: check_unchanged(input_file, before))
+                    total_tokens=n_tokens, source=source.path, context=context, before_rename=source.check_unchanged)
 
 
 def embed_lines(embedder: Embedder, lines: Iterable[tuple[int, str]], batch_size: int, context: str = "sentence",
@@ -337,19 +294,6 @@ def remove_temporaries(output_file: str) -> None:
     for name in os.listdir(out_dir):
         if name.startswith(f".{out_name}.") and name.endswith(".tmp"):
             os.remove(os.path.join(out_dir, name))
-
-
-def input_state(path: str) -> tuple[int, int, int]:
-    """What changes when a file is edited or replaced: size, modification time, inode."""
-    st = os.stat(path)
-    return st.st_size, st.st_mtime_ns, st.st_ino
-
-
-def check_unchanged(path: str, before: tuple[int, int, int]) -> None:
-    """An INPUT edited during the run would pair old vectors with new text: refuse before OUTPUT is renamed."""
-    if input_state(path) != before:
-        raise InputError(f"{path}: INPUT changed while this run read it (size, time or file differ from when it "
-                         "started); nothing was written to OUTPUT: run again on a file that does not change")
 
 
 def check_sentence_key(used: Container[str], key: str, source: str, number: int) -> None:
