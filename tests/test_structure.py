@@ -109,7 +109,7 @@ def test_no_import_cycle_in_the_package():
 # characters, options, the biLM, weights, Elmo, the Embedder, embedding files, ...); `elmo.hub`, which
 # fetches files and knows nothing above the core; the one model resolver `elmo.models`, which turns every
 # reference into local files (through the hub) and a model; training, tasks, lab and the command line.
-UPPER_PACKAGES = ("training", "tasks", "lab", "hub", "cli")
+UPPER_PACKAGES = ("training", "tasks", "lab", "serve", "hub", "cli")
 ABOVE_THE_CORE = {
     "elmo.models": "the resolver: the core's one door to the hub",
     "elmo.__main__": "`python -m elmo`, the command line",

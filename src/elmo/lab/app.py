@@ -51,7 +51,8 @@ async def read_json(request: Request, limits: Limits) -> dict:
                             415)
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limits.max_body_bytes:
-        raise LabInputError(f"request body is {declared} bytes; the lab takes at most {limits.max_body_bytes}", 413)
+        raise LabInputError(f"request body is {declared} bytes; this server takes at most {limits.max_body_bytes}",
+                            413)
     try:
         body = await asyncio.wait_for(read_body(request, limits), limits.body_seconds)
     except asyncio.TimeoutError:
@@ -65,7 +66,8 @@ async def read_body(request: Request, limits: Limits) -> bytes:
     async for chunk in request.stream():
         body += chunk
         if len(body) > limits.max_body_bytes:
-            raise LabInputError(f"request body is over {limits.max_body_bytes} bytes; the lab takes at most that", 413)
+            raise LabInputError(f"request body is over {limits.max_body_bytes} bytes; this server takes at most that",
+                                413)
     return bytes(body)
 
 
@@ -79,7 +81,7 @@ def parse_json_object(body: bytes) -> dict:
         raise LabInputError(f"the request body holds a lone surrogate ({e.object[e.start:e.end]!a}), which is not "
                             "text; send valid Unicode") from None
     except RecursionError:
-        raise LabInputError("the request body is nested too deeply to be a lab request") from None
+        raise LabInputError("the request body is nested too deeply to be a request here") from None
     except (UnicodeDecodeError, ValueError) as e:
         raise LabInputError(f"the request body is not valid JSON ({e})") from None
     if not isinstance(payload, dict):

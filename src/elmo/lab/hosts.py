@@ -65,13 +65,14 @@ def host_allowed(host: str, names: Collection[str]) -> bool:
     return bool(name) and (name in names or is_ip_literal(name))
 
 
-def check_host(app, names: Collection[str]):
-    """ASGI wrapper answering 403 to a Host header that names another server (DNS rebinding)."""
+def check_host(app, names: Collection[str], what: str = "lab"):
+    """ASGI wrapper answering 403 to a Host header that names another server (DNS rebinding); `what`
+    names this one in the message (`elmo serve` shares it)."""
     async def wrapped(scope, receive, send):
         if scope["type"] == "http":
             host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
             if not host_allowed(host, names):
-                response = JSONResponse({"error": f"Host {host or '(none)'!r} is not this lab; open it by its "
+                response = JSONResponse({"error": f"Host {host or '(none)'!r} is not this {what}; open it by its "
                                          "address (http://127.0.0.1:PORT/) or start it with --allowed-host "
                                          "NAME"}, status_code=403)
                 await response(scope, receive, send)

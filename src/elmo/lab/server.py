@@ -34,7 +34,7 @@ LINGER_SECONDS = 2.0  # a refused connection's wait for its client to close (bey
 TIMEOUT_408 = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
                b"content-length: 44\r\n\r\nthe request headers did not arrive in time\r\n")
 FULL_503 = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
-            b"retry-after: 1\r\ncontent-length: 39\r\n\r\nthe lab has too many open connections\r\n")
+            b"retry-after: 1\r\ncontent-length: 42\r\n\r\nthe server has too many open connections\r\n")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,162 @@
+"""Dynamic batching: concurrent requests' sentences run through the model together.
+
+Each request's sentences wait in one line. A worker takes the oldest request and, while the batch holds
+fewer than `max_batch_tokens` tokens, waits for more until the oldest has waited `max_wait_ms`; then it
+runs every sentence it took as one stateless call (the `Embedder` sorts them by length and runs them
+in sub-batches), in a thread, and hands each request its own arrays. A request is never split between
+batches, and one larger than `max_batch_tokens` runs alone. Every sentence starts from zero state, so a
+request's vectors do not depend on what it was batched with. With `max_batch_tokens=1` every call
+runs one request: the baseline of `benchmarks/serve_load.py`.
+
+The line is bounded (`max_queue_tokens`): a request that would overflow it is refused at once with
+an estimate of when to retry, from the measured speed (503 + Retry-After in the app).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+Compute = Callable[[list[Sequence[str]]], list[np.ndarray]]  # sentences -> one (L+1, n, D) array each
+
+
+class QueueFull(Exception):
+    """The line is full: answer 503 with `retry_after` seconds."""
+
+    def __init__(self, retry_after: int, queued_tokens: int, limit: int):
+        super().__init__(f"the server is busy: {queued_tokens} tokens are waiting, at most {limit} may; try again in "
+                         f"{retry_after} s")
+        self.retry_after = retry_after
+
+
+@dataclass
+class Pending:
+    sentences: list[Sequence[str]]
+    tokens: int
+    future: asyncio.Future
+    arrived: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class BatchRecord:
+    """What one model call ran, for the metrics."""
+
+    requests: int
+    sentences: int
+    tokens: int
+    queue_seconds: list[float]  # each request's wait before its call began
+    compute_seconds: float
+
+
+class Batcher:
+    """Runs `compute` on batches of concurrent requests, `workers` calls at a time (threads)."""
+
+    def __init__(self, compute: Compute, max_batch_tokens: int = 4096, max_wait_ms: float = 5.0, workers: int = 1,
+                 max_queue_tokens: int = 65_536, on_batch: Callable[[BatchRecord], None] | None = None):
+        if max_batch_tokens < 1 or max_wait_ms < 0 or workers < 1 or max_queue_tokens < 1:
+            raise ValueError("max_batch_tokens, workers and max_queue_tokens must be >= 1 and max_wait_ms >= 0, found "
+                             f"{max_batch_tokens}, {workers}, {max_queue_tokens}, {max_wait_ms}")
+        self.compute = compute
+        self.max_batch_tokens, self.max_wait = max_batch_tokens, max_wait_ms / 1000
+        self.workers, self.max_queue_tokens = workers, max_queue_tokens
+        self.on_batch = on_batch
+        self.line: deque[Pending] = deque()
+        self.queued_tokens = 0
+        self.running_tokens = 0
+        self.tokens_per_second = 2000.0  # measured as batches finish; a first guess for Retry-After
+        self._arrival: asyncio.Event | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="elmo-serve")
+
+    def retry_after(self) -> int:
+        ahead = self.queued_tokens + self.running_tokens
+        return max(1, min(120, math.ceil(ahead / self.tokens_per_second)))
+
+    async def submit(self, sentences: list[Sequence[str]]) -> list[np.ndarray]:
+        """The arrays of `sentences`, computed in some batch; QueueFull when the line is full."""
+        tokens = max(1, sum(len(s) for s in sentences))
+        if self.queued_tokens + tokens > self.max_queue_tokens and self.line:
+            raise QueueFull(self.retry_after(), self.queued_tokens, self.max_queue_tokens)
+        self._start()
+        pending = Pending(list(sentences), tokens, asyncio.get_running_loop().create_future())
+        self.line.append(pending)
+        self.queued_tokens += tokens
+        self._arrival.set()
+        return await pending.future
+
+    def _start(self) -> None:
+        """Workers start with the first request, on the server's event loop."""
+        if not self._tasks:
+            self._arrival = asyncio.Event()
+            self._tasks = [asyncio.create_task(self._work()) for _ in range(self.workers)]
+
+    async def _work(self) -> None:
+        while True:
+            while not self.line:
+                self._arrival.clear()
+                await self._arrival.wait()
+            await self._fill()
+            batch = self._take()
+            if batch:
+                await self._run(batch)
+
+    async def _fill(self) -> None:
+        """Wait for more requests while the line holds less than a batch and its oldest may still wait."""
+        while self.line and self.queued_tokens < self.max_batch_tokens:
+            left = self.line[0].arrived + self.max_wait - time.monotonic()
+            if left <= 0:
+                return
+            self._arrival.clear()
+            try:
+                await asyncio.wait_for(self._arrival.wait(), left)
+            except asyncio.TimeoutError:
+                return
+
+    def _take(self) -> list[Pending]:
+        """The oldest requests that fit in one batch (at least one), skipping those whose client left."""
+        batch: list[Pending] = []
+        tokens = 0
+        while self.line and (not batch or tokens + self.line[0].tokens <= self.max_batch_tokens):
+            pending = self.line.popleft()
+            self.queued_tokens -= pending.tokens
+            if pending.future.done():  # cancelled: its client hung up while it waited
+                continue
+            batch.append(pending)
+            tokens += pending.tokens
+        return batch
+
+    async def _run(self, batch: list[Pending]) -> None:
+        sentences = [s for p in batch for s in p.sentences]
+        tokens = sum(p.tokens for p in batch)
+        started = time.monotonic()
+        self.running_tokens += tokens
+        try:
+            arrays = await asyncio.get_running_loop().run_in_executor(self._pool, self.compute, sentences)
+        except Exception as e:  # the model's error is every request's answer
+            for p in batch:
+                if not p.future.done():
+                    p.future.set_exception(e)
+            return
+        finally:
+            self.running_tokens -= tokens
+        seconds = time.monotonic() - started
+        self.tokens_per_second = 0.8 * self.tokens_per_second + 0.2 * tokens / max(seconds, 1e-6)
+        start = 0
+        for p in batch:
+            if not p.future.done():
+                p.future.set_result(arrays[start : start + len(p.sentences)])
+            start += len(p.sentences)
+        if self.on_batch is not None:
+            self.on_batch(BatchRecord(len(batch), len(sentences), tokens, [started - p.arrived for p in batch], seconds))
+
+    def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        self._pool.shutdown(wait=False, cancel_futures=True)
