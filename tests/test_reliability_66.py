@@ -236,3 +236,194 @@ def test_an_import_that_would_not_load_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(ModelFileError, match="refused at load"):
         import_bilm_checkpoint(BilmCheckpoint(run / BILM_PREFIX, run / "options.json", None), tmp_path / "out")
     assert not (tmp_path / "out").exists() and list(tmp_path.iterdir()) == [run]
+
+
+# ---- #66.3 other tools' files are read as those tools write them ---------------------------------------------------
+
+def run_named(tmp_path: Path, prefix_name: str) -> Path:
+    """A bilm-tf run whose checkpoint has another name, its `checkpoint` file written by the test."""
+    run = bilm_run(tmp_path)
+    for suffix in (".index", ".data-00000-of-00001"):
+        (run / f"{BILM_PREFIX}{suffix}").rename(run / f"{prefix_name}{suffix}")
+    return run
+
+
+@pytest.mark.parametrize("name, written", [
+    ("modèle.ckpt-120", r"mod\303\250le.ckpt-120"),  # what TensorFlow's text format writes: octal UTF-8
+    ("modèle.ckpt-120", r"mod\xc3\xa8le.ckpt-120"),
+    ("modèle.ckpt-120", "modèle.ckpt-120"),  # raw UTF-8 (text format's utf8 printing)
+    ("run \"7\".ckpt", r"run \"7\".ckpt"),
+    ("日本.ckpt", r"\346\227\245\346\234\254.ckpt"),
+])
+def test_checkpoint_names_are_unescaped_as_tensorflow_writes_them(tmp_path, name, written):
+    from elmo.tf import latest_checkpoint
+
+    run = run_named(tmp_path, name)
+    (run / "checkpoint").write_text(f'model_checkpoint_path: "{written}"\nall_model_checkpoint_paths: "{written}"\n',
+                                    encoding="utf-8")
+    assert latest_checkpoint(run) == run / name
+
+
+@pytest.mark.parametrize("written, needle", [
+    (r"model\q.ckpt", r"the escape '\\q.c' is not one a text protobuf has"),
+    (r"model\x.ckpt", "is not one a text protobuf has"),
+    (r"model\777", "is not one a text protobuf has"),
+    (r"mod\350le", "its escaped bytes are not UTF-8"),
+    (r"model\000x", "does not name a checkpoint prefix"),
+    ("", "does not name a checkpoint prefix"),
+    ("/", "does not name a checkpoint prefix"),
+])
+def test_a_checkpoint_file_that_tensorflow_would_not_write_is_one_line(tmp_path, capsys, written, needle):
+    from elmo.cli import main
+
+    run = bilm_run(tmp_path)
+    (run / "checkpoint").write_text(f'model_checkpoint_path: "{written}"\n', encoding="utf-8")
+    with pytest.raises(ModelFileError) as error:
+        from elmo.tf import latest_checkpoint
+        latest_checkpoint(run)
+    assert needle in one_line(error.value) and str(run / "checkpoint") in str(error.value)
+    assert main(["import-tf", str(run), str(tmp_path / "out")]) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_a_checkpoint_file_that_is_not_utf8_is_one_line(tmp_path):
+    from elmo.tf import latest_checkpoint
+
+    run = bilm_run(tmp_path)
+    (run / "checkpoint").write_bytes(b'model_checkpoint_path: "mod\xe8le"\n')
+    with pytest.raises(ModelFileError, match="not UTF-8 text at byte 27"):
+        latest_checkpoint(run)
+
+
+# ---- #66.2 no arithmetic on a model's numbers ends in a traceback -------------------------------------------------
+
+@pytest.fixture
+def imported_lm(tmp_path):
+    """The bilm-tf run imported with its training vocabulary: a model directory with its softmax."""
+    from conftest import BILM_TF, need
+
+    from elmo.cli import main
+
+    out = tmp_path / "lm"
+    assert main(["import-tf", str(TF_DATA / "bilm-run"), str(out), "--vocab", str(need(BILM_TF / "train" / "vocab.txt"))]) == 0
+    return out
+
+
+def scale_softmax(model_dir: Path, factor: float) -> None:
+    import h5py
+
+    with h5py.File(model_dir / "softmax.hdf5", "r+") as f:
+        f["W"][...] = f["W"][...] * factor
+        f["b"][...] = f["b"][...] * factor
+
+
+@pytest.mark.parametrize("factor", [1e4, 1e30, -1e38])
+@pytest.mark.parametrize("progress", [True, False])
+def test_a_perplexity_beyond_float_range_is_printed(imported_lm, capsys, factor, progress):
+    """Large finite softmax weights: math.exp in the progress line raised OverflowError; now inf (or nan) is a result."""
+    from elmo.cli import main
+
+    scale_softmax(imported_lm, factor)
+    argv = ["perplexity", str(imported_lm), "--test", str(TF_DATA / "heldout.txt"), "--batch-size", "2"]
+    assert main(argv + ([] if progress else ["--no-progress"])) == 0
+    out = capsys.readouterr().out
+    assert "average inf" in out or "average nan" in out
+    assert main(argv + ["--json", "--no-progress"]) == 0
+    assert '"average": null' in capsys.readouterr().out
+
+
+def test_nothing_to_score_is_one_line(imported_lm, tmp_path, capsys):
+    from elmo.cli import main
+
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    assert main(["perplexity", str(imported_lm), "--test", str(empty)]) == 2
+    assert "no sentences (the corpus is empty or only blank lines)" in capsys.readouterr().err
+    assert main(["perplexity", str(imported_lm), "--test", str(TF_DATA / "heldout.txt"), "--bilm-tf-batches",
+                 "--batch-size", "64"]) == 2
+    assert "nothing to score (38 targets, fewer than one complete batch of 64)" in capsys.readouterr().err
+
+
+# ---- #66.10 the TensorFlow side, smaller ---------------------------------------------------------------------------
+
+def test_a_copied_run_reads_its_own_options_and_checkpoint(tmp_path, monkeypatch):
+    """bilm-tf reads the options beside the folder it is given; the `checkpoint` file's absolute path (what the Saver
+    writes) led to the original's options.json, which may have changed since."""
+    import json
+
+    from elmo.tf.bilm_import import find_bilm_checkpoint
+
+    original = bilm_run(tmp_path)
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy)
+    (copy / "checkpoint").write_text(f'model_checkpoint_path: "{original / BILM_PREFIX}"\n')
+    options = json.loads((original / "options.json").read_text())
+    options["lstm"]["dim"] = 99  # the original's options changed after the copy was made
+    (original / "options.json").write_text(json.dumps(options))
+    found = find_bilm_checkpoint(copy)
+    assert found.options_file == copy / "options.json" and found.prefix == copy / BILM_PREFIX
+    import_bilm_checkpoint(found, tmp_path / "out")
+    (copy / f"{BILM_PREFIX}.index").unlink()  # the copy without its own checkpoint: the named one, as TensorFlow
+    assert find_bilm_checkpoint(copy) == BilmCheckpoint(original / BILM_PREFIX, copy / "options.json", None)
+
+
+@pytest.mark.parametrize("command", [["embed", "{in}", "{out}", "--model", "{ref}"],
+                                     ["perplexity", "{ref}", "--test", "{in}"]])
+@pytest.mark.parametrize("damage", ["no options", "run without options", "damaged index", "bad checkpoint file"])
+def test_a_checkpoint_as_model_says_what_import_tf_says(tmp_path, capsys, monkeypatch, command, damage):
+    from elmo.cli import main
+
+    monkeypatch.setenv("ELMO_CACHE", str(tmp_path / "cache"))
+    run = bilm_run(tmp_path)
+    ref = run / BILM_PREFIX
+    if damage in ("no options", "run without options"):
+        (run / "options.json").unlink()
+        ref = run if damage == "run without options" else ref
+    elif damage == "damaged index":
+        (run / f"{BILM_PREFIX}.index").write_bytes(b"\0" * 100)
+    else:
+        (run / "checkpoint").write_text('model_checkpoint_path: "a\\qb"\n')
+        ref = run
+    assert main(["import-tf", str(ref), str(tmp_path / "out")]) == 2
+    expected = capsys.readouterr().err.split(": error: ", 1)[1]
+    words = [w.format(**{"in": TF_DATA / "heldout.txt", "out": tmp_path / "o.hdf5", "ref": ref}) for w in command]
+    assert main(words) == 2
+    assert capsys.readouterr().err.split(": error: ", 1)[1] == expected
+    assert not (tmp_path / "cache").exists() or "cache" not in expected
+
+
+def test_perplexity_errors_name_the_reference_not_the_cache(tmp_path, capsys, monkeypatch):
+    from elmo.cli import main
+
+    monkeypatch.setenv("ELMO_CACHE", str(tmp_path / "cache"))
+    run = bilm_run(tmp_path)
+    assert main(["perplexity", str(run), "--test", str(TF_DATA / "heldout.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"elmo perplexity: error: {run} (its model files in {tmp_path / 'cache'}")
+    assert "no vocab.txt; give --vocab" in err
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("<S>\n</S>\n<UNK>\nthe\n")
+    assert main(["perplexity", str(run), "--test", str(TF_DATA / "heldout.txt"), "--vocab", str(vocab)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"elmo perplexity: error: {run} (its model files in") and ": softmax.hdf5: W has shape" in err
+
+
+def test_perplexity_says_which_tokens_it_scored(imported_lm, capsys):
+    from elmo.cli import main
+
+    heldout = str(TF_DATA / "heldout.txt")
+    assert main(["perplexity", str(imported_lm), "--test", heldout, "--batch-size", "2", "--no-progress"]) == 0
+    assert "(38 tokens: every target, stream mode)" in capsys.readouterr().out
+    assert main(["perplexity", str(imported_lm), "--test", heldout, "--batch-size", "2", "--bilm-tf-batches",
+                 "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    # rows: 10 + 15 targets (sentences 1 and 3), 13 (sentence 2), whose row then finds no sentence: 13 steps of 2
+    assert "(26 of 38 targets: bilm-tf's complete batches" in out
+    import json
+
+    base = ["perplexity", str(imported_lm), "--test", heldout, "--batch-size", "1", "--no-progress", "--json"]
+    assert main(base + ["--unroll-steps", "1"]) == 0
+    every = json.loads(capsys.readouterr().out)
+    assert main(base + ["--bilm-tf-batches"]) == 0  # at batch 1 every batch is complete: the same figure
+    complete = json.loads(capsys.readouterr().out)
+    assert complete["average"] == pytest.approx(every["average"], rel=1e-9) and complete["tokens"] == 38

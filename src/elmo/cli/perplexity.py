@@ -19,8 +19,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="stream: state carried across sentences per row, as bilm-tf's test (default); sentence: each "
                    "from zero state; document: each document (blank lines separate them) from zero state, each "
                    "direction reading it in its own direction")
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--unroll-steps", type=int, default=20, help="window length in stream mode (does not change the result)")
+    p.add_argument("--batch-size", type=int, default=128,
+                   help="rows scored at once; every target is scored whatever the size (see --bilm-tf-batches)")
+    p.add_argument("--unroll-steps", type=int, default=20,
+                   help="window length in stream mode (at --batch-size 1 it does not change the result)")
+    p.add_argument("--bilm-tf-batches", action="store_true",
+                   help="bilm-tf's run_test figure at this --batch-size: one step at a time, and the batch in which "
+                   "the text runs out dropped with what follows it, as bilm-tf's batcher does (stream mode)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int)
     p.add_argument("--json", action="store_true", help="print one JSON object: forward, backward, average, tokens")
@@ -32,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_perplexity(args: argparse.Namespace) -> int:
     import torch
 
-    from ..training.perplexity import load_for_scoring, perplexity
+    from ..training.perplexity import load_for_scoring, perplexity, scored_tokens
     from ..training.settings import MAX_TOKENS_PER_STEP
 
     if args.batch_size <= 0 or args.unroll_steps <= 0:
@@ -45,10 +50,10 @@ def run_perplexity(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     model, vocab = load_for_scoring(args.model, args.vocab)
     result = perplexity(model, vocab, args.test, mode=args.mode, batch_size=args.batch_size, unroll=args.unroll_steps,
-                        device=args.device, progress=args.progress)
+                        device=args.device, progress=args.progress, complete_batches=args.bilm_tf_batches)
     if args.json:
         print(json_text(result))  # an infinite perplexity is null, so the line stays JSON
     else:
         print(f"forward {result['forward']:.2f}  backward {result['backward']:.2f}  average {result['average']:.2f}  "
-              f"({result['tokens']:,} tokens, {result['mode']} mode)")
+              f"({scored_tokens(result)})")
     return 0

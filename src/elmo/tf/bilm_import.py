@@ -63,11 +63,12 @@ def find_bilm_checkpoint(reference: str | os.PathLike, options: str | os.PathLik
     `options`, the options.json beside the checkpoint; without `vocab`, a vocab.txt beside it, if any."""
     path = Path(reference)
     prefix = latest_checkpoint(path) if path.is_dir() else TFCheckpoint(path).prefix  # or the reason it is none
-    options_file = Path(options) if options else prefix.parent / OPTIONS_NAME
+    directory = path if path.is_dir() else prefix.parent  # bilm-tf reads the options beside the folder it is given
+    options_file = Path(options) if options else directory / OPTIONS_NAME
     if not options_file.is_file():
         raise ModelFileNotFound(f"{options_file}: not found; a bilm-tf checkpoint needs the options.json it was trained "
                              f"with (bilm-tf writes it to the run directory; pass --options)")
-    beside = prefix.parent / "vocab.txt"
+    beside = directory / "vocab.txt"
     vocab_file = Path(vocab) if vocab else beside if beside.is_file() else None
     return BilmCheckpoint(prefix, options_file, vocab_file)
 

@@ -32,7 +32,7 @@ def checkpoint_prefix(path: str | Path) -> Path:
 
 def is_checkpoint_prefix(path: str | Path) -> bool:
     prefix = checkpoint_prefix(path)
-    return prefix.with_name(prefix.name + ".index").is_file()
+    return bool(prefix.name) and prefix.with_name(prefix.name + ".index").is_file()
 
 
 def _missing_index(prefix: Path) -> ModelFileError:
@@ -190,20 +190,67 @@ class TFCheckpoint:
 
 
 def latest_checkpoint(directory: str | Path) -> Path:
-    """The newest checkpoint of a training directory, as its `checkpoint` file names it (model_checkpoint_path)."""
+    """The newest checkpoint of a training directory, as its `checkpoint` file names it (model_checkpoint_path).
+
+    A name that is relative lies in `directory`; an absolute one (what bilm-tf's Saver writes) is taken as it is,
+    unless `directory` holds a checkpoint of that name itself: a copied or moved run reads its own files."""
     directory = Path(directory)
     index = directory / "checkpoint"
     try:
-        text = index.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ModelFileError(f"{index}: cannot read the checkpoint index file of a TensorFlow run: {e}") from e
-    match = re.search(r'^model_checkpoint_path:\s*"((?:[^"\\]|\\.)*)"', text, re.MULTILINE)
+        text = index.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise ModelFileError(f"{index}: cannot read the checkpoint index file of a TensorFlow run: "
+                             f"{e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise ModelFileError(f"{index}: not UTF-8 text at byte {e.start}; not the checkpoint index file TensorFlow "
+                             f"writes (a text protobuf)") from None
+    match = re.search(r'^\s*model_checkpoint_path\s*:\s*"((?:[^"\\\n]|\\.)*)"', text, re.MULTILINE)
     if not match:
         raise ModelFileError(f'{index}: no line model_checkpoint_path: "..." (not a TensorFlow checkpoint index)')
-    named = Path(match.group(1).encode("utf-8").decode("unicode_escape"))
+    name = text_proto_string(match.group(1), f"{index}: model_checkpoint_path")
+    named = Path(name)
+    if any(ord(c) < 32 for c in name) or named.name in ("", ".", ".."):
+        raise ModelFileError(f"{index}: model_checkpoint_path {name!r} does not name a checkpoint prefix")
+    own = directory / named.name
     prefix = named if named.is_absolute() else directory / named
-    if not is_checkpoint_prefix(prefix) and is_checkpoint_prefix(directory / named.name):
-        prefix = directory / named.name  # a run directory moved since training: its files are beside the index
+    if named.is_absolute() and is_checkpoint_prefix(own):
+        prefix = own  # a run directory copied or moved since training: its files are beside the index
     if not is_checkpoint_prefix(prefix):
         raise _missing_index(prefix)
     return prefix
+
+
+TEXT_ESCAPES = {"n": b"\n", "r": b"\r", "t": b"\t", "a": b"\a", "b": b"\b", "f": b"\f", "v": b"\v",
+                "\\": b"\\", "'": b"'", '"': b'"', "?": b"?"}
+
+
+def text_proto_string(quoted: str, where: str) -> str:
+    """The string inside a text-format protobuf's quotes, as TensorFlow writes it: C escapes, non-ASCII bytes as
+    octal (\\303\\251) or hex escapes of their UTF-8, which is decoded last."""
+    out, pos = bytearray(), 0
+    while pos < len(quoted):
+        char = quoted[pos]
+        if char != "\\":
+            out += char.encode("utf-8")
+            pos += 1
+            continue
+        escape = quoted[pos + 1:pos + 2]
+        octal = re.match(r"[0-7]{1,3}", quoted[pos + 1:pos + 4])
+        hexa = re.match(r"[xX]([0-9a-fA-F]{1,2})", quoted[pos + 1:pos + 4])
+        if octal and int(octal.group(0), 8) < 256:
+            out.append(int(octal.group(0), 8))
+            pos += 1 + len(octal.group(0))
+        elif hexa:
+            out.append(int(hexa.group(1), 16))
+            pos += 1 + len(hexa.group(0))
+        elif escape in TEXT_ESCAPES:
+            out += TEXT_ESCAPES[escape]
+            pos += 2
+        else:
+            raise ModelFileError(f"{where}: the escape {quoted[pos:pos + 4]!r} is not one a text protobuf has "
+                                 f"(\\n, \\t, \\\", \\\\, octal \\NNN or hex \\xNN)")
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ModelFileError(f"{where}: its escaped bytes are not UTF-8 (at byte {e.start}: "
+                             f"{bytes(out[e.start:e.start + 4])!r})") from None

@@ -21,17 +21,16 @@ CACHE_PREFIX = "tf-"
 
 
 def is_bilm_tf_run(path: str | os.PathLike) -> bool:
+    """A folder with TensorFlow's `checkpoint` file and no weights.hdf5; without options.json too, so that the
+    import names what is missing, as `elmo import-tf` does, rather than the resolver calling it no model."""
     d = Path(path)
-    return (d.is_dir() and (d / CHECKPOINT_INDEX).is_file() and (d / OPTIONS_NAME).is_file()
-            and not (d / WEIGHTS_NAME).is_file())
+    return d.is_dir() and (d / CHECKPOINT_INDEX).is_file() and not (d / WEIGHTS_NAME).is_file()
 
 
 def is_bilm_tf_reference(text: str | os.PathLike) -> bool:
-    """A bilm-tf run directory, or a checkpoint prefix (or one of its files) with options.json beside it."""
+    """A bilm-tf run directory, or a checkpoint prefix (or one of its files: the .index is what marks one)."""
     path = Path(text)
-    if is_bilm_tf_run(path):
-        return True
-    return is_checkpoint_prefix(path) and (checkpoint_prefix(path).parent / OPTIONS_NAME).is_file()
+    return is_bilm_tf_run(path) or is_checkpoint_prefix(path)
 
 
 def vocab_beside(directory: Path) -> Path | None:

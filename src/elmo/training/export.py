@@ -117,7 +117,8 @@ def load_model_dir(files: ModelFiles, vocab_file: str | os.PathLike | None = Non
                          "weights.hdf5 never holds (`elmo export` writes them)")
     vocab_path = vocab_file or files.vocab_file
     if vocab_path is None:
-        raise InputError(f"{files.options_file.parent}: no {VOCAB_NAME}; give --vocab")
+        raise InputError(f"{files.options_file.parent}: no {VOCAB_NAME}; give --vocab (the vocabulary the model was "
+                         f"trained with, one word per softmax row)")
     vocab = Vocab.load(vocab_path)
     bilm = load_bilm(files.options_file, files.weight_file)
     softmax: Softmax = load_softmax(files.softmax_file, len(vocab), bilm.config.projection_dim)
