@@ -114,6 +114,7 @@ ABOVE_THE_CORE = {
     "elmo.models": "the resolver: the core's one door to the hub",
     "elmo.__main__": "`python -m elmo`, the command line",
     "elmo.simple_elmo": "simple_elmo's API, whose LM scoring reads the softmax and vocabulary of training/",
+    "elmo.tfhub": "TF-Hub's Module API, which resolves handles and module folders through the resolver",
 }
 
 

@@ -31,6 +31,7 @@ from .bilm import BiLM
 from .errors import InputError, ModelFileError, ModelFileNotFound
 from .fileio import check_file
 from .hub import find_published, is_url, local_path
+from .int8 import quantize_bilm
 from .layout import (
     OPTIONS_NAME,
     SOFTMAX_NAME,
@@ -63,6 +64,13 @@ class Model:
     def load(self, stateful: bool = False) -> BiLM:
         raise NotImplementedError
 
+    def load_int8(self, stateful: bool = False) -> BiLM:
+        """The biLM for int8 inference, holding int8 weights only (`elmo.int8`). Formats read one part
+        at a time override this so that the float32 model is never held whole."""
+        bilm = self.load(stateful=stateful)
+        quantize_bilm(bilm, keep_float32=False)
+        return bilm
+
     def original_files(self) -> ModelFiles:
         """options.json + weights.hdf5, for what needs the original format; other formats refuse with what to use."""
         raise NotImplementedError
@@ -87,6 +95,9 @@ class OriginalModel(Model):
 
     def load(self, stateful: bool = False) -> BiLM:
         return load_bilm(self.files.options_file, self.files.weight_file, stateful=stateful)
+
+    def load_int8(self, stateful: bool = False) -> BiLM:
+        return load_bilm(self.files.options_file, self.files.weight_file, stateful=stateful, int8=True)
 
     def original_files(self) -> ModelFiles:
         return self.files
@@ -146,6 +157,14 @@ def _bilm_tf_checkpoint(text: str) -> Model | None:
     return Model.from_path(imported_model_dir(text), name=text) if is_bilm_tf_reference(text) else None
 
 
+def _tfhub_module(text: str) -> Model | None:
+    """A TF-Hub module folder (TF1 Hub format: saved_model.pb + variables/), imported once into the cache in the
+    original format with its layer mix beside (src/elmo/tf/hub_module.py)."""
+    from .tf.hub_module import imported_module_dir, is_hub_module
+
+    return Model.from_path(imported_module_dir(text), name=text) if is_hub_module(text) else None
+
+
 def _bundled(text: str) -> Model | None:
     if os.sep in text or not (BUNDLED_DIR / text / WEIGHTS_NAME).is_file():
         return None
@@ -173,6 +192,10 @@ def _published(text: str) -> Fetched | None:
     published = find_published(text)
     if published is None:
         return None
+    if published.format == "tfhub":  # a TF-Hub module: TF-Hub's cache, ours, or downloaded (src/elmo/hub/tfhub.py)
+        from .hub.tfhub import fetch_tfhub_module, parse_handle
+
+        return fetch_tfhub_module(parse_handle(published.archive.url))
     if published.checkpoint_files:  # a bilm-tf checkpoint with its softmax: fetched, then imported once
         from .tf.reference import fetch_published_checkpoint
 
@@ -189,6 +212,17 @@ def _archive_url(text: str) -> Fetched | None:
     from .hub.published import fetch_model_url
 
     return fetch_model_url(text)
+
+
+def _tfhub(text: str) -> Fetched | None:
+    """A TF-Hub handle (https://tfhub.dev/google/elmo/3, Kaggle Models' forms) or a local module .tar.gz: the module
+    folder from TF-Hub's cache, ours, or downloaded (src/elmo/hub/tfhub.py); tried before _archive_url."""
+    from .hub.tfhub import fetch_tfhub_module, is_module_archive, parse_handle, unpacked_module_archive
+
+    if is_module_archive(text):
+        return unpacked_module_archive(text)
+    handle = parse_handle(text)
+    return None if handle is None else fetch_tfhub_module(handle)
 
 
 def _huggingface(text: str) -> Fetched | None:
@@ -208,9 +242,10 @@ def _fetched_model(found: Fetched, name: str) -> Model:
 # like a bundled or published model is that folder; then bundled models, so `default` is always the
 # bundled one; then what must be fetched. A new kind is one function in one of these tuples.
 DIRECTORY_KINDS: tuple[Callable[[str], Model | None], ...] = (_training_run, _manylangs_dir, _bilm_tf_checkpoint,
-                                                                _nlpl_dir, _original_dir)
+                                                                _tfhub_module, _nlpl_dir, _original_dir)
 NAME_KINDS: tuple[Callable[[str], Model | None], ...] = (_bundled,)
-FETCH_KINDS: tuple[Callable[[str], Fetched | None], ...] = (_local_zip, _published, _huggingface, _archive_url)
+FETCH_KINDS: tuple[Callable[[str], Fetched | None], ...] = (_local_zip, _published, _tfhub, _huggingface,
+                                                              _archive_url)
 
 
 def bundled_models() -> list[str]:
@@ -225,7 +260,8 @@ def resolve(model: str | os.PathLike | Model | None = None, options: str | os.Pa
 
     `model`: a bundled model's name, a directory in the original format (options.json + weights.hdf5)
     or ELMoForManyLangs' (config.json, char.dic / word.dic, *.pkl), a published model's name
-    (`elmo models`), the URL of a model archive, or an already resolved `Model`. `options`/`weights`:
+    (`elmo models`), the URL of a model archive, a TF-Hub module (folder, .tar.gz or handle), or an already
+    resolved `Model`. `options`/`weights`:
     paths or URLs. Remote files come from a cache or are downloaded (src/elmo/hub, docs/published-models.md).
     A training run's folder resolves to a `TrainingRun`, which refuses to load with the command that
     makes it a model; an unknown reference is refused with the bundled names.
@@ -281,20 +317,23 @@ def local_file(path_or_url: str | os.PathLike) -> str | os.PathLike:
 
 
 def load_bilm(options_file: str | os.PathLike | BiLMConfig, weight_file: str | os.PathLike | None,
-              stateful: bool = False) -> BiLM:
+              stateful: bool = False, int8: bool = False) -> BiLM:
     """`elmo.load_bilm`: `elmo.weights.load_bilm` (which reads local files only) with URLs taken too."""
     if not isinstance(options_file, BiLMConfig):
         options_file = local_file(options_file)
-    return load_local_bilm(options_file, None if weight_file is None else local_file(weight_file), stateful=stateful)
+    return load_local_bilm(options_file, None if weight_file is None else local_file(weight_file), stateful=stateful,
+                           int8=int8)
 
 
 def download_reference(reference: str) -> list[Path]:
     """`elmo download`: a published model or a URL (of a model archive, or of one file) into the cache;
     the local paths, without loading anything."""
     from .hub.archives import is_archive_name
+    from .hub.tfhub import parse_handle
 
     parts = urlsplit(reference)
-    if is_url(reference) and parts.scheme.lower() in ("http", "https") and not is_archive_name(parts.path):
+    if (is_url(reference) and parts.scheme.lower() in ("http", "https") and not is_archive_name(parts.path)
+            and parse_handle(reference) is None):
         from .hub.fetch import fetch
 
         return [fetch(reference)]  # one file, which is not a model by itself

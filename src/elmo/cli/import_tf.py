@@ -7,14 +7,16 @@ import argparse
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "import-tf", help="write a bilm-tf checkpoint (with its softmax) as a model directory",
+        "import-tf", help="write a bilm-tf checkpoint (with its softmax) or a TF-Hub module as a model directory",
         description="Read a TensorFlow checkpoint written by bilm-tf's training (model.ckpt-N.index + .data-*) and "
         "write OUT in the original format: options.json (for prediction), weights.hdf5 (as bilm-tf's dump_weights "
         "writes it), softmax.hdf5 and vocab.txt, so `elmo perplexity OUT`, `elmo train --init-from OUT` and the "
-        "lab's word predictions work on it. TensorFlow is not needed.")
-    p.add_argument("checkpoint", metavar="CKPT_PREFIX",
+        "lab's word predictions work on it. Or read a TF-Hub ELMo module (a folder, its .tar.gz, a handle such as "
+        "https://tfhub.dev/google/elmo/3) and write options.json, weights.hdf5 and tfhub_module.json, the module's "
+        "layer mix (docs/tensorflow.md). TensorFlow is not needed.")
+    p.add_argument("checkpoint", metavar="CKPT_PREFIX|MODULE",
                    help="the checkpoint's prefix (model.ckpt-N) or one of its files, or a bilm-tf run directory "
-                   "(its `checkpoint` file names the newest)")
+                   "(its `checkpoint` file names the newest); or a TF-Hub module")
     p.add_argument("output", metavar="OUT", help="model directory to write")
     p.add_argument("--options", help="the options.json it was trained with (default: the one beside the checkpoint)")
     p.add_argument("--vocab", help="its training vocabulary, one word per softmax row (default: vocab.txt beside it)")
@@ -22,8 +24,40 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_import_tf)
 
 
+def hub_module_folder(reference: str):
+    """The local folder of a TF-Hub module reference (folder, .tar.gz, handle, catalog name), or None."""
+    from ..hub import find_published
+    from ..hub.tfhub import fetch_tfhub_module, is_module_archive, parse_handle, unpacked_module_archive
+    from ..tf.hub_module import is_hub_module
+
+    published = find_published(reference)
+    handle = parse_handle(published.archive.url if published is not None and published.format == "tfhub" else reference)
+    if is_hub_module(reference):
+        return reference
+    if is_module_archive(reference):
+        return unpacked_module_archive(reference)
+    return None if handle is None else fetch_tfhub_module(handle)
+
+
+def run_import_module(args: argparse.Namespace, folder) -> int:
+    from ..errors import InputError
+    from ..tf.hub_module import MIX_NAME, read_hub_module, write_original
+
+    if args.options or args.vocab:
+        raise InputError("--options and --vocab are for bilm-tf checkpoints; a TF-Hub module carries its architecture")
+    module = read_hub_module(folder)
+    out = write_original(module, args.output, overwrite=args.overwrite)
+    print(f"wrote {out} from the TF-Hub module {folder}: options.json, weights.hdf5 and {MIX_NAME} (mix weights "
+          f"{[round(w, 6) for w in module.mix_weights]}, scaling {module.scaling:.6g})")
+    return 0
+
+
 def run_import_tf(args: argparse.Namespace) -> int:
     from ..tf.bilm_import import find_bilm_checkpoint, import_bilm_checkpoint
+
+    folder = hub_module_folder(args.checkpoint)
+    if folder is not None:
+        return run_import_module(args, folder)
 
     source = find_bilm_checkpoint(args.checkpoint, args.options, args.vocab)
     out = import_bilm_checkpoint(source, args.output, overwrite=args.overwrite)
