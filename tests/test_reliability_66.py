@@ -427,3 +427,88 @@ def test_perplexity_says_which_tokens_it_scored(imported_lm, capsys):
     assert main(base + ["--bilm-tf-batches"]) == 0  # at batch 1 every batch is complete: the same figure
     complete = json.loads(capsys.readouterr().out)
     assert complete["average"] == pytest.approx(every["average"], rel=1e-9) and complete["tokens"] == 38
+
+
+# ---- #66.5 a reference is refused by our parser before any library sees it ----------------------------------------
+
+BAD_REFERENCES = [
+    ("hf://owner/repo/../../x", "a '..' segment"),
+    ("hf://owner/repo/./options.json", "a '.' segment"),
+    ("hf://owner/repo/a/%2E%2E/b", "a '..' segment"),
+    ("hf://owner/repo/a//b", "an empty segment"),
+    ("hf://owner/repo/a/", "an empty segment"),
+    ("hf://owner/repo@v1\x00x", "control character"),
+    ("hf://owner/repo@v1%00x", "is not a branch, tag or commit name"),
+    ("hf://owner/repo@..", "is not a branch, tag or commit name"),
+    ("hf://owner/repo@a..b", "is not a branch, tag or commit name"),
+    ("hf://owner/repo@a%2F%2Fb", "is not a branch, tag or commit name"),
+    ("hf://owner/repo@a:b", "is not a branch, tag or commit name"),
+    ("hf://owner/repo@%20", "is not a branch, tag or commit name"),
+    ("hf://own\ner/repo", "control character"),
+    ("hf://owner/re\x7fpo", "control character"),
+    ("hf://../repo", "is not a Hub name"),
+    ("hf://owner/..", "is not a Hub name"),
+    ("hf://owner/re--po", "is not a Hub name"),
+    ("hf://owner/-repo", "is not a Hub name"),
+    ("hf://owner/rep%6F", "is not a Hub name"),
+    ("hf://owner/sub%2F..%2F..", "is not a Hub name"),
+    ("hf://owner/repo/sub/x%00y", "control character"),
+    ("https://example.org/models/../secret/model.zip", "a '..' segment"),
+    ("https://example.org/models/%2e%2e/model.zip", "a '..' segment"),
+    ("https://example.org/models//model.zip", "an empty segment"),
+    ("https://example.org/models/./model.zip", "a '.' segment"),
+    ("https://example.org/m\x00odel.zip", "control character"),
+    ("https://example.org/m%00odel.zip", "control character"),
+    ("https://example.org/my model.zip", "a space in the URL"),
+    ("https://[::1/model.zip", "not a URL"),
+    ("https://example.org:port/model.zip", "not a URL"),
+    ("https:///model.zip", "URL"),  # no host: not taken for a URL, refused as no model
+]
+
+
+@pytest.mark.parametrize("reference, needle", BAD_REFERENCES)
+def test_a_malformed_reference_is_refused_by_our_parser(tmp_path, capsys, monkeypatch, reference, needle):
+    """Refused in one line, control characters escaped, before huggingface_hub or requests see it."""
+    pytest.importorskip("huggingface_hub")
+    import huggingface_hub
+    import requests
+
+    from elmo.cli import main
+
+    monkeypatch.setenv("ELMO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda *a, **k: pytest.fail("reached huggingface_hub"))
+    monkeypatch.setattr(requests.Session, "send", lambda *a, **k: pytest.fail("reached requests"))
+    (tmp_path / "in.txt").write_text("a b\n")
+    commands = [["embed", str(tmp_path / "in.txt"), str(tmp_path / "o.hdf5"), "--model", reference]]
+    if reference.startswith("https"):
+        if "[" not in reference:  # elmo.models.download_reference splits it before our parser (reported in #66)
+            commands.append(["download", reference])
+    elif "\x00" not in reference:  # a NUL in --options is refused by elmo.fileio (#67's), not here
+        commands.append(["embed", str(tmp_path / "in.txt"), str(tmp_path / "o.hdf5"), "--options",
+                         reference + "/options.json", "--weights", reference + "/weights.hdf5"])
+    for argv in commands:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert needle in err and err.count("\n") == 1 and "\x00" not in err and "\x7f" not in err, err
+    assert not (tmp_path / "cache").exists()
+
+
+def test_the_hf_offline_message_names_every_file_in_one_command(tmp_path, monkeypatch):
+    """#64 item 4: "and and"; the command's backticks closed before --revision; only options.json named."""
+    pytest.importorskip("huggingface_hub")
+    from huggingface_hub import constants
+
+    from elmo.errors import OfflineError
+    from elmo.hub.huggingface import hf_file, hf_model_dir
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(OfflineError) as error:
+        hf_model_dir("hf://owner/models@v1.0/elmo/small")
+    message = one_line(error.value)
+    assert "and and" not in message
+    assert ("(`hf download owner/models elmo/small/options.json elmo/small/weights.hdf5 --revision v1.0`) and copy "
+            "HF_HOME here") in message
+    with pytest.raises(OfflineError, match=r"\(`hf download owner/models a/vocab.txt`\)"):
+        hf_file("hf://owner/models/a/vocab.txt")

@@ -142,5 +142,8 @@ def _by_url() -> dict[str, RemoteFile]:
 
 def is_url(text: str) -> bool:
     """Whether `text` looks like a URL (has a scheme such as http:, ftp:, s3:) rather than a path."""
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError:  # "Invalid IPv6 URL": a URL all the same, which check_url refuses in one line
+        return "://" in text
     return bool(parts.scheme) and len(parts.scheme) > 1 and bool(parts.netloc)

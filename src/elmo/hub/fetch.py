@@ -16,14 +16,28 @@ from .allennlp_cache import allennlp_cache_dirs, find_in_allennlp_cache
 from .cache import OFFLINE_ENV, CacheEntry, cache_root, offline
 from .catalog import RemoteFile, known_file
 from .download import content_problem, download, entry_lock, file_name_of
+from .references import check_reference_text, check_segments, shown
 
 SCHEMES = ("http", "https")
 
 
 def check_url(url: str) -> None:
-    scheme = urlsplit(url).scheme.lower()
+    """A URL this package fetches: http(s), a host, a path of names; refused here before any library sees it."""
+    expected = "https://HOST/PATH/FILE"
+    check_reference_text(url, expected)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (parsing it raises for a port that is not a number)
+    except ValueError as e:
+        raise ModelFileError(f"{shown(url)}: not a URL ({e}); expected {expected}") from None
+    scheme = parts.scheme.lower()
     if scheme not in SCHEMES:
-        raise DownloadError(url, f"only http:// and https:// URLs can be fetched, not {scheme}://")
+        raise DownloadError(shown(url), f"only http:// and https:// URLs can be fetched, not {scheme}://")
+    if not parts.hostname:
+        raise ModelFileError(f"{shown(url)}: no host; expected {expected}")
+    if any(c.isspace() for c in url):
+        raise ModelFileError(f"{shown(url)}: a space in the URL; write it as %20 (expected {expected})")
+    check_segments(url, parts.path.split("/")[1:], "its path", expected)
 
 
 def fetch(url: str, timeout: float | None = None, expected: RemoteFile | None = None) -> Path:

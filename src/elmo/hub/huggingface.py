@@ -9,13 +9,18 @@ is a branch, a tag or a commit hash; one with a "/" in it is written with %2F.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
 from ..errors import DownloadError, ModelFileError, ModelFileNotFound, OfflineError
+from .references import check_reference_text, check_segments, control_character, shown
 
 SCHEME = "hf://"
+FORM = f"{SCHEME}OWNER/REPO[@REVISION][/PATH]"
+REPO_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?")  # huggingface_hub's validate_repo_id
+REVISION_REFUSED = set(" ~^:?*[\\")  # what git refuses in a ref name (git check-ref-format), besides '..' and '@{'
 MODEL_FILES = ("options.json", "weights.hdf5")
 INSTALL_HINT = "install huggingface_hub (pip install 'elmo-bilm[hf]')"
 
@@ -34,16 +39,24 @@ class HubReference:
 
     @classmethod
     def parse(cls, text: str) -> HubReference:
+        """The parts of an hf:// reference, each checked as the Hub names things, before huggingface_hub sees it."""
         if not is_hf_reference(text):
-            raise ModelFileError(f"{text}: not a Hugging Face reference (expected {SCHEME}OWNER/REPO[@REVISION][/PATH])")
+            raise ModelFileError(f"{shown(text)}: not a Hugging Face reference (expected {FORM})")
+        check_reference_text(text, FORM)
         parts = text[len(SCHEME):].split("/")
-        if len(parts) < 2 or not parts[0] or not parts[1] or "" in parts[2:]:
-            raise ModelFileError(f"{text}: expected {SCHEME}OWNER/REPO[@REVISION][/PATH], e.g. "
-                                 f"{SCHEME}someone/elmo-english or {SCHEME}someone/models@v1.0/elmo/small")
-        repo, _, revision = parts[1].partition("@")
-        if not repo or (_ and not revision):
-            raise ModelFileError(f"{text}: an empty repository name or revision (expected {SCHEME}OWNER/REPO@REVISION)")
-        return cls(f"{parts[0]}/{repo}", unquote(revision) if revision else None, "/".join(parts[2:]))
+        if len(parts) < 2:
+            raise ModelFileError(f"{text}: expected {FORM}, e.g. {SCHEME}someone/elmo-english or "
+                                 f"{SCHEME}someone/models@v1.0/elmo/small")
+        repo, at, revision = parts[1].partition("@")
+        for what, name in (("owner", parts[0]), ("repository name", repo)):
+            if not REPO_NAME.fullmatch(name) or "--" in name or ".." in name:
+                raise ModelFileError(f"{text}: the {what} {name!r} is not a Hub name (letters, digits, '-', '_' "
+                                     f"and '.', at most 96, no '--' or '..', not starting or ending with '-' or "
+                                     f"'.'); expected {FORM}")
+        check_segments(text, parts[2:], "the path inside the repository", FORM)
+        if at:
+            check_revision(text, unquote(revision))
+        return cls(f"{parts[0]}/{repo}", unquote(revision) if at else None, "/".join(parts[2:]))
 
     def __str__(self) -> str:
         revision = f"@{self.revision}" if self.revision else ""
@@ -53,10 +66,21 @@ class HubReference:
         return f"{self.path}/{name}" if self.path else name
 
 
+def check_revision(text: str, revision: str) -> None:
+    """A branch, tag or commit as git allows its name (a "/" written %2F in the reference)."""
+    bad = sorted(REVISION_REFUSED & set(revision))
+    if (not revision or bad or control_character(revision) is not None or ".." in revision or "@{" in revision or "//" in revision
+            or revision.startswith(("/", ".", "-")) or revision.endswith(("/", ".", ".lock"))):
+        found = f" (it holds {', '.join(map(repr, bad))})" if bad else ""
+        raise ModelFileError(f"{text}: the revision {revision!r} is not a branch, tag or commit name{found}; "
+                             f"expected {FORM}")
+
+
 def hf_model_dir(reference: str) -> Path:
     """The local folder (in huggingface_hub's cache) holding the model's options.json + weights.hdf5."""
     ref = HubReference.parse(reference)
-    found = [_download(ref, ref.file(name)) for name in MODEL_FILES]
+    wanted = [ref.file(name) for name in MODEL_FILES]
+    found = [_download(ref, name, wanted) for name in wanted]
     return found[0].parent
 
 
@@ -66,7 +90,7 @@ def hf_file(reference: str) -> Path:
     if not ref.path:
         raise ModelFileError(f"{reference}: names a repository, not a file; give the file's path inside it "
                              f"({SCHEME}OWNER/REPO/options.json), or pass the repository as the model")
-    return _download(ref, ref.path)
+    return _download(ref, ref.path, [ref.path])
 
 
 def _hub():
@@ -77,15 +101,16 @@ def _hub():
     return huggingface_hub
 
 
-def _download(ref: HubReference, filename: str) -> Path:
-    """huggingface_hub's download of one file (from its cache first), its errors said in this package's terms."""
+def _download(ref: HubReference, filename: str, wanted: list[str]) -> Path:
+    """huggingface_hub's download of one file (from its cache first), its errors said in this package's terms;
+    `wanted`: every file the reference needs, named in the command that fetches them elsewhere."""
     hub = _hub()
     from huggingface_hub import errors
 
     try:
         return Path(hub.hf_hub_download(ref.repo_id, filename, revision=ref.revision))
     except (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled) as e:  # before EntryNotFoundError, its base
-        raise _not_cached(ref, filename) from e
+        raise _not_cached(ref, filename, wanted) from e
     except errors.RepositoryNotFoundError as e:
         raise DownloadError(str(ref), f"no repository {ref.repo_id} on the Hugging Face Hub (or it is private or "
                                       "gated: log in with `hf auth login` or set HF_TOKEN)") from e
@@ -100,8 +125,11 @@ def _download(ref: HubReference, filename: str) -> Path:
         raise DownloadError(str(ref), f"could not fetch {filename}: {e}") from e
 
 
-def _not_cached(ref: HubReference, filename: str) -> DownloadError:
-    """The file is in no local snapshot and the network was refused or unreachable: say which part is missing."""
+def _not_cached(ref: HubReference, filename: str, wanted: list[str]) -> DownloadError:
+    """The file is in no local snapshot and the network was refused or unreachable: say which part is missing, and
+    the one command that fetches every file the reference needs on a machine with network."""
+    import shlex
+
     from huggingface_hub import constants
 
     cache = Path(constants.HF_HUB_CACHE)
@@ -111,9 +139,8 @@ def _not_cached(ref: HubReference, filename: str) -> DownloadError:
         what = f"repository {ref.repo_id} is not in the Hugging Face cache ({cache})"
     else:
         what = f"{filename} at revision {revision} is not in the cached copy of {ref.repo_id} ({repo_dir})"
-    why = ("HF_HUB_OFFLINE=1 forbids downloading it" if constants.HF_HUB_OFFLINE
-           else "and the Hub could not be reached")
-    hint = (f"fetch it where there is network (`hf download {ref.repo_id} {filename}`"
-            + (f" --revision {ref.revision}" if ref.revision else "") + ") and copy HF_HOME here")
+    why = "HF_HUB_OFFLINE=1 forbids downloading it" if constants.HF_HUB_OFFLINE else "the Hub could not be reached"
+    command = ["hf", "download", ref.repo_id, *wanted] + (["--revision", ref.revision] if ref.revision else [])
+    hint = f"fetch them where there is network (`{shlex.join(command)}`) and copy HF_HOME here"
     error_type = OfflineError if constants.HF_HUB_OFFLINE else DownloadError
     return error_type(str(ref), f"{what}, and {why}; {hint}")

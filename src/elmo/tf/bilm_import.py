@@ -221,5 +221,9 @@ def import_bilm_checkpoint(source: BilmCheckpoint, out_dir: str | os.PathLike, o
         write_softmax(W, b, Path(tmp) / SOFTMAX_NAME)
         if vocab is not None:
             write_vocab(vocab.tokens, Path(tmp) / VOCAB_NAME)
-        load_bilm(Path(tmp) / OPTIONS_NAME, Path(tmp) / WEIGHTS_NAME)  # what first use will do: it loads, or nothing is kept
+        try:  # what first use will do: it loads, or nothing is kept
+            load_bilm(Path(tmp) / OPTIONS_NAME, Path(tmp) / WEIGHTS_NAME)
+        except ModelFileError as e:
+            raise ModelFileError(f"{source.prefix}: imported, it does not load, so nothing was written: "
+                                 + str(e).replace(f"{tmp}{os.sep}", "")) from None
     return out
