@@ -89,15 +89,22 @@ class Module:
     def __call__(self, inputs, signature: str | None = None, as_dict: bool = False):
         signature = signature or "default"
         _check_signature(signature)
-        sentences = split_sentences(inputs) if signature == "default" else token_inputs(inputs)
-        outputs = self._run(sentences, signature)
+        if signature == "default":
+            sentences = split_sentences(inputs)
+            width = max((len(s) for s in sentences), default=0)
+        else:
+            sentences, width = token_inputs(inputs)
+        outputs = self._run(sentences, width, signature)
         return outputs if as_dict else outputs["default"]
 
     @torch.no_grad()
-    def _run(self, sentences: list[list[str]], signature: str) -> dict[str, np.ndarray]:
+    def _run(self, sentences: list[list[str]], width: int, signature: str) -> dict[str, np.ndarray]:
+        """The five outputs at `width` positions (TF-Hub's max_length: the tokens' width, or the most pieces)."""
         bilm, p = self.bilm, self.bilm.config.projection_dim
-        steps = max((len(s) for s in sentences), default=0)
-        ids = batch_to_ids(sentences) if steps else torch.zeros(len(sentences), 0, MAX_CHARS, dtype=torch.long)
+        ids = torch.zeros(len(sentences), width, MAX_CHARS, dtype=torch.long)
+        if any(sentences):
+            found = batch_to_ids(sentences)
+            ids[:, : found.shape[1]] = found
         device = bilm.char_encoder.char_embed.device
         bilm._states = self._states[signature]
         out = bilm(ids.to(device))
@@ -143,9 +150,9 @@ def split_sentences(inputs) -> list[list[str]]:
     return [[t for t in _text(s, f"sentence {i}").split(" ") if t] for i, s in enumerate(inputs)]
 
 
-def token_inputs(inputs) -> list[list[str]]:
-    """The `tokens` signature's input: {"tokens": [B, T] strings, "sequence_len": [B] ints}; tokens past each
-    row's length are padding, whatever they hold."""
+def token_inputs(inputs) -> tuple[list[list[str]], int]:
+    """The `tokens` signature's input: {"tokens": [B, T] strings, "sequence_len": [B] ints} -> each row's tokens and
+    T; tokens past each row's length are padding, whatever they hold."""
     if not isinstance(inputs, Mapping) or set(inputs) != {"tokens", "sequence_len"}:
         found = sorted(inputs) if isinstance(inputs, Mapping) else type(inputs).__name__
         raise InputError(f"the tokens signature takes a dict with 'tokens' and 'sequence_len', found {found}")
@@ -156,4 +163,5 @@ def token_inputs(inputs) -> list[list[str]]:
                          f"and {list(lengths.shape)}")
     if not np.issubdtype(lengths.dtype, np.integer) or (lengths < 0).any() or (lengths > tokens.shape[1]).any():
         raise InputError(f"'sequence_len' must be integers from 0 to max_length {tokens.shape[1]}, found {lengths.tolist()}")
-    return [[_text(t, f"token [{b}, {k}]") for k, t in enumerate(row[:n])] for b, (row, n) in enumerate(zip(tokens, lengths))]
+    rows = [[_text(t, f"token [{b}, {k}]") for k, t in enumerate(row[:n])] for b, (row, n) in enumerate(zip(tokens, lengths))]
+    return rows, tokens.shape[1]
