@@ -512,3 +512,20 @@ def test_the_hf_offline_message_names_every_file_in_one_command(tmp_path, monkey
             "HF_HOME here") in message
     with pytest.raises(OfflineError, match=r"\(`hf download owner/models a/vocab.txt`\)"):
         hf_file("hf://owner/models/a/vocab.txt")
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 3])
+def test_bilm_tf_batches_give_bilm_tf_run_test_figure(imported_lm, batch_size):
+    """bilm-tf's own test() at batch sizes 1-3 (scripts/bilm_tf_batches.py, TensorFlow 2.21): the same targets and
+    perplexity; every-target scoring differs from it once batches are incomplete (26 or 30 of 38 targets)."""
+    import json
+
+    from elmo.training.perplexity import load_for_scoring, perplexity
+
+    figure = json.loads((TF_DATA / "bilm-tf-batches.json").read_text())[str(batch_size)]
+    model, vocab = load_for_scoring(imported_lm)
+    got = perplexity(model, vocab, str(TF_DATA / "heldout.txt"), batch_size=batch_size, complete_batches=True)
+    assert got["tokens"] == figure["targets"] and got["targets"] == 38
+    assert got["average"] == pytest.approx(figure["perplexity"], rel=1e-5)  # float32 sums there, float64 here
+    every = perplexity(model, vocab, str(TF_DATA / "heldout.txt"), batch_size=batch_size)
+    assert every["tokens"] == 38 and (batch_size == 1) == (every["average"] == pytest.approx(figure["perplexity"], rel=1e-5))
