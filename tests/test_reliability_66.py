@@ -529,3 +529,95 @@ def test_bilm_tf_batches_give_bilm_tf_run_test_figure(imported_lm, batch_size):
     assert got["average"] == pytest.approx(figure["perplexity"], rel=1e-5)  # float32 sums there, float64 here
     every = perplexity(model, vocab, str(TF_DATA / "heldout.txt"), batch_size=batch_size)
     assert every["tokens"] == 38 and (batch_size == 1) == (every["average"] == pytest.approx(figure["perplexity"], rel=1e-5))
+
+
+# ---- #66.7 a resumed run refuses every flag that would change it --------------------------------------------------
+
+@pytest.fixture(scope="module")
+def micro_run_66(tmp_path_factory):
+    from conftest import train_micro_run
+
+    root = tmp_path_factory.mktemp("micro66")
+    run, flags = train_micro_run(root, steps=2)
+    return root, run, flags
+
+
+def _resume(run: Path, *flags: str) -> list[str]:
+    return ["train", "--out", str(run), "--resume", "--max-steps", "3", "--threads", "1", "--no-progress", *flags]
+
+
+def test_resume_with_the_flags_the_run_started_with_goes_on(micro_run_66, tmp_path, one_thread):
+    from elmo.cli import main
+
+    root, run, flags = micro_run_66
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    assert main(["train", *flags, "--out", str(copy), "--resume", "--max-steps", "3"]) == 0
+
+
+def _changed(root: Path, tmp_path: Path, what: str) -> list[str]:
+    import json
+
+    if what == "--init-from":
+        return ["--init-from", str(root / "run")]
+    if what == "--vocab":
+        words = (root / "vocab.txt").read_text().splitlines()
+        (tmp_path / "v.txt").write_text("\n".join(words[:-1]) + "\n")
+        return ["--vocab", str(tmp_path / "v.txt")]
+    options = json.loads((root / "micro.json").read_text())
+    if what == "--options lstm":
+        options["lstm"]["dim"] *= 2
+    elif what == "--options batch_size":
+        options["batch_size"] = 7
+    else:
+        return ["--preset", "small"]
+    (tmp_path / "o.json").write_text(json.dumps(options))
+    return ["--options", str(tmp_path / "o.json")]
+
+
+@pytest.mark.parametrize("what, needle", [
+    ("--init-from", "was started from fresh weights, without --init-from"),
+    ("--vocab", "not the vocabulary the run in"),
+    ("--options lstm", "--options/--preset: lstm differs from the run in"),
+    ("--options batch_size", "--options/--preset: batch_size differs from the run in"),
+    ("--preset", "--options/--preset: char_cnn differs from the run in"),
+])
+def test_resume_refuses_a_different_start(micro_run_66, tmp_path, capsys, one_thread, what, needle):
+    from elmo.cli import main
+
+    root, run, _ = micro_run_66
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    before = sorted(p.name for p in (copy / "checkpoints").iterdir())
+    assert main(_resume(copy, *_changed(root, tmp_path, what))) == 2
+    err = capsys.readouterr().err
+    assert needle in one_line(err.strip()) and "a resumed run keeps its settings" in err
+    assert sorted(p.name for p in (copy / "checkpoints").iterdir()) == before
+
+
+def test_resume_of_a_fine_tune_compares_its_start_model(micro_run_66, tmp_path, capsys, one_thread, monkeypatch):
+    import json
+
+    from elmo.cli import main
+
+    root, run, _ = micro_run_66
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    record = json.loads((copy / "run.json").read_text())
+    (copy / "run.json").write_text(json.dumps(dict(record, init_from=str(root / "start-model"))))
+    (root / "start-model").mkdir(exist_ok=True)
+    assert main(_resume(copy, "--init-from", "default")) == 2
+    assert f"--init-from default: the run in {copy} was started from {root / 'start-model'}" in capsys.readouterr().err
+    monkeypatch.chdir(root)
+    assert main(_resume(copy, "--init-from", "start-model")) == 0  # the same folder, named relative to here
+
+
+@pytest.mark.parametrize("flag, started", [("--full-softmax", "--sampled-softmax"),
+                                           ("--no-first-layer-dropout", "first_layer_dropout=True"),
+                                           ("--batch-size=9", "4")])
+def test_resume_names_the_setting_the_run_started_with(micro_run_66, tmp_path, capsys, one_thread, flag, started):
+    from elmo.cli import main
+
+    _, run, _ = micro_run_66
+    assert main(_resume(run, flag)) == 2
+    assert f"was started with {started}; a resumed run keeps its settings" in capsys.readouterr().err

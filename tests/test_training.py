@@ -361,7 +361,7 @@ def test_first_layer_dropout_is_kept_with_the_run(tmp_path, fixture_corpus):
     data, vocab = fixture_corpus
     train(settings(tmp_path, data, vocab, first_layer_dropout=False))
     assert json.loads((tmp_path / "run" / "run.json").read_text())["first_layer_dropout"] is False
-    with pytest.raises(InputError, match=r"--first-layer-dropout True: the run .* was started with False"):
+    with pytest.raises(InputError, match=r"first_layer_dropout=True: the run .* was started with --no-first-layer-dropout"):
         train(TrainSettings(out=str(tmp_path / "run"), resume=True, first_layer_dropout=True, max_steps=4, progress=False))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -309,14 +310,15 @@ def resumed_run(s: TrainSettings, out: Path) -> tuple[dict, RunConfig, Vocab]:
     for name, old in stored.items():
         new = getattr(s, name)
         if new is not None and name not in CAN_CHANGE_ON_RESUME and new != old:
-            flag = FLAGS.get((name, new), f"--{name.replace('_', '-')} {new}")  # as the user typed it
-            raise InputError(f"{flag}: the run in {out} was started with {old}; a resumed run keeps its settings")
+            raise InputError(f"{as_flag(name, new)}: the run in {out} was started with {as_flag(name, old, True)}; a "
+                             f"resumed run keeps its settings")
     max_steps = run.get("max_steps")
     if s.epochs is not None:
         options["n_epochs"], max_steps = s.epochs, None
     if s.max_steps is not None:
         max_steps = s.max_steps
     _check_same_fine_tune(s, run, out)
+    _check_same_start(s, run, options, out)
     valid = run.get("valid")
     if valid and s.valid_every is not None:
         valid = dict(valid, every=s.valid_every)
@@ -334,6 +336,56 @@ def _check_same_fine_tune(s: TrainSettings, run: dict, out: Path) -> None:
     check(s.valid is None or s.valid == valid,
           f"--valid {s.valid}: the run in {out} was started with {valid}; a resumed run keeps its settings")
     check(s.valid_every is None or valid is not None, f"--valid-every: the run in {out} scores no held-out text")
+
+
+def _check_same_start(s: TrainSettings, run: dict, options: dict, out: Path) -> None:
+    """--init-from, --vocab and --options/--preset say what a run starts from and computes: a resumed run keeps its
+    own, so a different one is refused rather than ignored."""
+    keeps = "a resumed run keeps its settings"
+    started = run.get("init_from")
+    if s.init_from is not None and not _same_place(s.init_from, started):
+        check(False, f"--init-from {s.init_from}: the run in {out} was started "
+                     f"{f'from {started}' if started else 'from fresh weights, without --init-from'}; {keeps}")
+    if s.vocab is not None and Vocab.load(s.vocab).tokens != Vocab.load(out / VOCAB_NAME).tokens:
+        check(False, f"--vocab {s.vocab}: not the vocabulary the run in {out} was started with "
+                     f"({out / VOCAB_NAME}); {keeps}")
+    if s.options is not None:
+        given, stored = _what_options_decide(s.options), _what_options_decide(options)
+        differing = sorted(key for key in given if given[key] != stored.get(key))
+        check(not differing, f"--options/--preset: {differing[0] if differing else ''} differs from the run in {out} "
+                             f"({out / OPTIONS_NAME}); {keeps}")
+
+
+def _same_place(given: str, stored: str | None) -> bool:
+    """The same model reference: the same text, or paths to the same file or folder."""
+    if stored is None:
+        return False
+    if given == stored:
+        return True
+    try:
+        return os.path.exists(given) and os.path.exists(stored) and os.path.samefile(given, stored)
+    except OSError:
+        return False
+
+
+def _what_options_decide(options: dict) -> dict:
+    """An options object's architecture and training keys, as a run's options.json holds them (n_characters aside:
+    a run stores the training table's 261)."""
+    decided = {key: copy.deepcopy(options[key]) for key in ("lstm", "char_cnn") if key in options}
+    if isinstance(decided.get("char_cnn"), dict):
+        decided["char_cnn"].pop("n_characters", None)
+    decided.update({key: options[key] for key, _ in OPTION_KEYS.values() if key in options and key != "n_epochs"})
+    return decided
+
+
+def as_flag(name: str, value, plain: bool = False) -> str:
+    """A setting as the flag that chooses it (--full-softmax, not True); a bool without a flag as the API's keyword;
+    `plain`: other values alone (the flag is named beside them)."""
+    if (name, value) in FLAGS:
+        return FLAGS[(name, value)]
+    if isinstance(value, bool):
+        return f"{name}={value}"
+    return str(value) if plain else f"--{name.replace('_', '-')} {value}"
 
 
 def _control(s: TrainSettings, stored: dict) -> dict:
