@@ -138,12 +138,16 @@ def read_saved_model(path: str | os.PathLike) -> list[MetaGraph]:
     if size > MAX_GRAPH_BYTES:
         raise ModelFileError(f"{path}: {size} bytes, more than the {MAX_GRAPH_BYTES} a module's graph can have")
     where = str(path)
-    found = fields(path.read_bytes(), where)
-    unknown = sorted(set(found) - {1, 2})
-    if unknown or not found.get(2) or not isinstance(found.get(1, [1])[-1], int):
-        raise ModelFileError(f"{where}: not a SavedModel (expected a schema version and meta graphs, found protobuf "
-                             f"fields {sorted(found)})")
-    graphs = [_meta_graph(data, where) for data in found[2]]
+    try:
+        found = fields(path.read_bytes(), where)
+        unknown = sorted(set(found) - {1, 2})
+        if unknown or not found.get(2) or not isinstance(found.get(1, [1])[-1], int):
+            raise ModelFileError(f"{where}: expected a schema version and meta graphs, found protobuf fields "
+                                 f"{sorted(found)[:6]}")
+        graphs = [_meta_graph(data, where) for data in found[2]]
+    except ModelFileError as e:
+        reason = str(e).removeprefix(where + ": ")
+        raise ModelFileError(f"{where}: not a TensorFlow SavedModel ({reason})") from None
     if not any(g.nodes for g in graphs):
         raise ModelFileError(f"{where}: a SavedModel whose graphs have no nodes")
     return graphs
