@@ -72,6 +72,7 @@ class Batcher:
         self.running_tokens = 0
         self.tokens_per_second = 2000.0  # measured as batches finish; a first guess for Retry-After
         self._arrival: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="elmo-serve")
 
@@ -92,10 +93,12 @@ class Batcher:
         return await pending.future
 
     def _start(self) -> None:
-        """Workers start with the first request, on the server's event loop."""
-        if not self._tasks:
-            self._arrival = asyncio.Event()
-            self._tasks = [asyncio.create_task(self._work()) for _ in range(self.workers)]
+        """Workers start with the first request, on the event loop that serves it (again on a new loop:
+        tests run one loop per client session)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._loop, self._arrival = loop, asyncio.Event()
+            self._tasks = [loop.create_task(self._work()) for _ in range(self.workers)]
 
     async def _work(self) -> None:
         while True:
