@@ -66,8 +66,12 @@ def test_padding_is_filled_as_the_graph_fills_it(module_dir):
     """Row 3 has one token in six: word_emb is the CNN of an all-padding token there, LSTM outputs 0."""
     out = Module(module_dir)(TOKENS_INPUT, signature="tokens", as_dict=True)
     assert (out["lstm_outputs1"][3, 1:] == 0).all() and (out["lstm_outputs2"][3, 1:] == 0).all()
-    assert np.abs(out["word_emb"][3, 1:]).min() >= 0 and np.abs(out["word_emb"][3, 1:]).max() > 0
-    np.testing.assert_array_equal(out["word_emb"][3, 1], out["word_emb"][1, 5])
+    padding = out["word_emb"][3, 1]
+    assert np.abs(padding).max() > 0 and (out["word_emb"][3, 1:] == padding).all()
+    np.testing.assert_array_equal(out["word_emb"][1, 5], padding)
+    weights = np.exp(MIX_FIXTURE[0]) / np.exp(MIX_FIXTURE[0]).sum()
+    np.testing.assert_allclose(out["elmo"][3, 1], MIX_FIXTURE[1] * weights[0] * np.concatenate([padding, padding]),
+                               atol=1e-6, rtol=0)
 
 
 def test_the_module_carries_lstm_state_and_stateful_reproduces_it(module_dir):
