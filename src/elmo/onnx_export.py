@@ -88,13 +88,7 @@ def char_encoder_graph(g: GraphBuilder, bilm: BiLM, flat_ids: str) -> str:
         features.append(g.op("Gather", g.const(enc.word_embed, "word_embed"), word, axis=0))
         chars = g.op("Slice", flat_ids, g.ints([1]), g.ints([config.ids_width]), g.ints([1])) if config.reads_chars else None
     if chars is not None:
-        x = g.op("Gather", g.const(enc.embedding_table(), "char_embed"), chars, axis=0)  # (N, C, d)
-        x = g.op("Transpose", x, perm=[0, 2, 1])  # (N, d, C)
-        maxima = []
-        for w, b in zip(enc.conv_weights, enc.conv_biases):  # ours (width, d, n) -> Conv's (n, d, width)
-            y = g.op("Conv", x, g.const(w.permute(2, 1, 0), "conv_w"), g.const(b, "conv_b"))
-            maxima.append(g.op("ReduceMax", y, axes=[2], keepdims=0))
-        h = g.op("Concat", *maxima, axis=1) if len(maxima) > 1 else maxima[0]
+        h = g.op("Concat", *char_cnn_maxima(g, enc, chars), axis=1)
         h = g.op("Relu" if config.activation == "relu" else "Tanh", h)
         n = config.n_filters
         for k in range(config.n_highway):  # carry and transform as one product, as elmo.int8 does
@@ -106,6 +100,33 @@ def char_encoder_graph(g: GraphBuilder, bilm: BiLM, flat_ids: str) -> str:
         features.append(h)
     h = g.op("Concat", *features, axis=1) if len(features) > 1 else features[0]
     return g.linear(h, enc.proj_w, enc.proj_b) if enc.proj_w is not None else h
+
+
+def char_cnn_maxima(g: GraphBuilder, enc, chars: str) -> list[str]:
+    """Each filter's maximum over positions (N, n) per width, as `CharEncoder.filter_maxima`: only the
+    windows that start before the longest real token's padding run (the batch's padding tokens, all 0,
+    do not count), and where windows were cut, the one all-padding window's value, the same for all."""
+    table = enc.embedding_table()
+    length = enc.config.ids_width - (1 if enc.word_embed is not None else 0)
+    x = g.op("Transpose", g.op("Gather", g.const(table, "char_embed"), chars, axis=0), perm=[0, 2, 1])  # (N, d, C)
+    is_code = g.op("Cast", g.op("Not", g.op("Equal", chars, g.ints(enc.pad_id))), to=1)
+    row_extent = g.op("ReduceMax", g.op("Mul", is_code, g.const(np.arange(1, length + 1))), axes=[1], keepdims=0)
+    real = g.op("ReduceMax", g.op("Cast", g.op("Greater", chars, g.ints(0)), to=1), axes=[1], keepdims=0)
+    extent = g.op("ReduceMax", g.op("Mul", row_extent, real), axes=[0], keepdims=1)  # (1,), float
+    maxima = []
+    for w, b in zip(enc.conv_weights, enc.conv_biases):  # ours (width, d, n) -> Conv's (n, d, width)
+        width, d, n_out = w.shape
+        windows = length - width + 1
+        starts = g.op("Max", g.op("Min", extent, g.const([float(windows)])), g.const([1.0]))
+        end = g.op("Cast", g.op("Add", starts, g.const([float(width - 1)])), to=7)
+        y = g.op("Conv", g.op("Slice", x, g.ints([0]), end, g.ints([2])), g.const(w.permute(2, 1, 0), "conv_w"),
+                 g.const(b, "conv_b"))
+        best = g.op("ReduceMax", y, axes=[2], keepdims=0)
+        padding = torch.addmm(b.unsqueeze(0), table[enc.pad_id].repeat(width).unsqueeze(0), w.reshape(width * d, n_out))
+        cut = g.op("Less", starts, g.const([float(windows)]))
+        floor = g.op("Where", cut, g.const(padding), g.const(np.full((1, n_out), -np.inf)))
+        maxima.append(g.op("Max", best, floor))
+    return maxima
 
 
 def lstm_cell_body(layer, onnx) -> object:
@@ -166,7 +187,9 @@ def build_model(bilm: BiLM):
         present = g.op("Cast", g.op("Greater", INPUT, g.ints(0)), to=onnx.TensorProto.FLOAT)
         mask = g.op("ReduceMax", present, axes=[2], keepdims=0)  # (B, T) 1.0 for a token
         flat = g.op("Reshape", INPUT, g.ints([-1, config.ids_width]))
-        tokens = char_encoder_graph(g, bilm, flat)
+        # each distinct token once (padding rows are one), as bilm.token_vectors does
+        unique, _, inverse, _ = g.op("Unique", flat, outputs=4, axis=0, sorted=0)
+        tokens = g.op("Gather", char_encoder_graph(g, bilm, unique), inverse, axis=0)
         tokens = g.op("Reshape", tokens, g.op("Concat", batch, steps, g.ints([config.projection_dim]), axis=0))
         tokens = g.op("Mul", tokens, g.op("Unsqueeze", mask, g.ints([2])))
         x, rev = _with_markers(g, bilm, tokens, mask, steps)
