@@ -161,3 +161,32 @@ def test_wrong_calls_of_the_drop_in(work):
 def test_a_model_that_is_not_a_module(work):
     with pytest.raises(ModelFileError, match="not a TF-Hub module .* use elmo.Embedder or elmo.Elmo"):
         Module("default")  # the bundled model: options.json + weights.hdf5, no mix
+
+
+def test_damaged_graphs_are_refused_or_read_never_crash(work):
+    """Cuts and flipped bytes anywhere in a real saved_model.pb: a ModelFileError naming the file, or a graph read
+    whose settings are then taken from what it still shows (never another exception)."""
+    import random
+
+    from elmo.tf.saved_model import read_saved_model
+
+    graph = (work / "module" / "saved_model.pb").read_bytes()
+    damaged = work / "module" / "saved_model.pb"
+    rng = random.Random(63)
+    outcomes = set()
+    for trial in range(60):
+        data = bytearray(graph)
+        if trial % 2:
+            del data[rng.randrange(len(data)):]
+        else:
+            for _ in range(4):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+        damaged.write_bytes(bytes(data))
+        try:
+            read_saved_model(damaged)
+            hub_module.read_hub_module(work / "module")
+            outcomes.add("read")
+        except ModelFileError as e:
+            assert str(damaged) in str(e) or str(work / "module") in str(e), e
+            outcomes.add("refused")
+    assert "refused" in outcomes

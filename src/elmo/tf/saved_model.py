@@ -45,9 +45,11 @@ class Node:
         found = fields(tensor, where)
         if 4 in found and len(found[4][-1]) == 4:  # tensor_content: one little-endian float32
             return struct.unpack("<f", found[4][-1])[0] if found.get(1, [1])[-1] == 1 else None
-        if 5 in found:  # float_val, packed or not
+        if 5 in found:  # float_val, packed (4 bytes each) or not (a fixed32)
             value = found[5][-1]
-            return struct.unpack("<f", value[-4:])[0] if isinstance(value, bytes) else struct.unpack("<f", struct.pack("<I", value))[0]
+            if isinstance(value, bytes):
+                return struct.unpack("<f", value[-4:])[0] if len(value) >= 4 else None
+            return struct.unpack("<f", struct.pack("<I", value & 0xFFFFFFFF))[0]
         if 7 in found:
             return float(_varints(found[7], where)[-1])
         return None
