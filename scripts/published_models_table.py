@@ -1,7 +1,7 @@
-"""Print the README's "Published models" table from the catalog (src/elmo/hub/catalog.json).
+"""Print docs/published-models.md's table of names from the catalog (src/elmo/hub/catalog.json).
 
-    python scripts/published_models_table.py        # paste between the README's published-models markers
-tests/test_hub_cli.py checks that the README holds exactly this table.
+    python scripts/published_models_table.py        # paste between docs/published-models.md's markers
+tests/test_hub_cli.py checks that the page holds exactly this table.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`elmo models` and `elmo download` (thin commands over elmo.hub), and the README's generated table."""
+"""`elmo models` and `elmo download` (thin commands over elmo.hub), and the generated table of docs/published-models.md."""
 
 from __future__ import annotations
 
@@ -43,11 +43,11 @@ def test_download_of_an_unknown_name_says_where_names_are(hub_env, capsys):  # n
     assert "`elmo models` lists the names" in capsys.readouterr().err
 
 
-def test_readme_table_is_the_generated_one():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    found = re.search(r"<!-- published-models:start -->\n(.*?)<!-- published-models:end -->", readme, re.S).group(1)
+def test_the_docs_table_is_the_generated_one():
+    page = (REPO / "docs" / "published-models.md").read_text(encoding="utf-8")
+    found = re.search(r"<!-- published-models:start -->\n(.*?)<!-- published-models:end -->", page, re.S).group(1)
     assert found == load_script("scripts/published_models_table.py").markdown_table(), \
-        "README's table differs from the catalog: run python scripts/published_models_table.py and paste it"
+        "docs/published-models.md's table differs from the catalog: run python scripts/published_models_table.py and paste it"
 
 
 def test_readme_python_api_snippet_runs_as_pasted_without_network(hub_env, tmp_path, monkeypatch):  # noqa: F811
