@@ -95,6 +95,8 @@ def test_elmo_download_and_a_compressed_url(caches, monkeypatch, capsys):
         monkeypatch.setattr(tfhub, "TFHUB_ROOT", server.url("").rstrip("/"))
         assert main(["download", "tfhub-elmo-1"]) == 0
         assert "saved_model" not in capsys.readouterr().err
+        assert main(["download", "https://tfhub.dev/google/elmo/1"]) == 0  # the handle: the same module, no new request
+        assert "extracted" in capsys.readouterr().out and server.gets["/google/elmo/1"] == 1
         url = server.url("/mirror/m") + "?tf-hub-format=compressed"
         out = caches / "imported"
         assert main(["import-tf", url, str(out)]) == 0
