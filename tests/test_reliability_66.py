@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from elmo.errors import ElmoError, ModelFileError
+from test_hub_download import hub_env  # noqa: F401 (fixture)
 
 pytest.importorskip("google_crc32c", reason="the `tf` extra (google-crc32c) is not installed")
 
@@ -621,3 +622,153 @@ def test_resume_names_the_setting_the_run_started_with(micro_run_66, tmp_path, c
     _, run, _ = micro_run_66
     assert main(_resume(run, flag)) == 2
     assert f"was started with {started}; a resumed run keeps its settings" in capsys.readouterr().err
+
+
+# ---- #66.8 the cache does not grow without bound -------------------------------------------------------------------
+
+def model_zip(path: Path, allennlp_dir: Path, extra: list[tuple[str, bytes]] = (), options: dict | None = None) -> Path:
+    """A zip of the AllenNLP fixture model (options.json + weights.hdf5 under m/), with `extra` members."""
+    import json
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("m/options.json", json.dumps(options) if options else (allennlp_dir / "options.json").read_text())
+        z.write(allennlp_dir / "lm_weights.hdf5", "m/weights.hdf5")
+        for name, data in extra:
+            z.writestr(name, data)
+    return path
+
+
+def cache_leftovers(cache: Path) -> list[str]:
+    """Every unpacked file left under the cache (records, locks and downloads aside)."""
+    return sorted(str(p.relative_to(cache)) for p in cache.rglob("*") if p.is_file() and "extract" in str(p))
+
+
+@pytest.fixture
+def bomb(tmp_path, allennlp_dir):
+    """A 100 MB member of zeros beside the fixture model: about 100 KB zipped, far past what its architecture needs."""
+    return model_zip(tmp_path / "bomb.zip", allennlp_dir, [("m/README.txt", bytes(100 << 20))])
+
+
+def test_a_zip_that_inflates_past_its_model_is_refused_as_it_unpacks(bomb, tmp_path, capsys, monkeypatch):
+    from elmo.cli import main
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ELMO_CACHE", str(cache))
+    assert bomb.stat().st_size < 1 << 20
+    (tmp_path / "in.txt").write_text("a b\n")
+    assert main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "o.hdf5"), "--model", str(bomb)]) == 2
+    err = capsys.readouterr().err
+    assert "bomb.zip: unpacks to more than" in one_line(err.strip()) and cache_leftovers(cache) == []
+
+
+def test_a_url_archive_that_inflates_past_its_model_is_refused(bomb, hub_env):
+    from hub_server import serve
+
+    from elmo.hub.published import fetch_model_url
+
+    with serve({"/bomb.zip": bomb.read_bytes()}) as server:
+        with pytest.raises(ModelFileError, match="unpacks to more than"):
+            fetch_model_url(server.url("/bomb.zip"))
+    assert cache_leftovers(hub_env / "elmo-cache") == []
+
+
+def test_the_budget_is_what_the_declared_architecture_needs(tmp_path, allennlp_dir):
+    """The fixture model unpacks within its budget; its options claiming a far larger model raise the budget only
+    to what that model would take, and options that are no model are refused before anything is unpacked."""
+    import json
+    import zipfile
+
+    from elmo.hub.archives import MAX_BYTES, _Member, model_budget
+    from elmo.options import read_options
+
+    options = json.loads((allennlp_dir / "options.json").read_text())
+
+    def budget(opts) -> int:
+        data = json.dumps(opts).encode()
+        member = _Member("m/options.json", len(data), False, True, lambda: __import__("io").BytesIO(data))
+        return model_budget(tmp_path / "x.zip", [member])
+
+    params = read_options(allennlp_dir / "options.json").parameter_count()
+    assert budget(options) == params * 8 + (16 << 20) + (64 << 20)
+    options["lstm"]["dim"] *= 4
+    assert budget(options) > params * 8 + (80 << 20)
+    options["lstm"]["dim"] = 2**31 - 1  # a valid but absurd architecture: the general ceiling still holds
+    archive = model_zip(tmp_path / "huge.zip", allennlp_dir, options=options)
+    assert budget(options) > MAX_BYTES
+    with pytest.raises(ModelFileError, match="does not load"):
+        from elmo.hub.archives import check_model_loads, extract_archive
+
+        check_model_loads(extract_archive(archive, tmp_path / "out", budget=model_budget) / "m", str(archive))
+    with zipfile.ZipFile(tmp_path / "bad.zip", "w") as z:
+        z.writestr("m/options.json", b"{\"lstm\": 5}")
+        z.writestr("m/weights.hdf5", b"x")
+    with pytest.raises(ModelFileError, match="member 'm/options.json'"):
+        extract_archive(tmp_path / "bad.zip", tmp_path / "out2", budget=model_budget)
+    assert not (tmp_path / "out2").exists()
+
+
+def test_a_model_that_does_not_load_leaves_no_unpacked_copy(tmp_path, allennlp_dir, capsys, monkeypatch):
+    import json
+
+    from elmo.cli import main
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ELMO_CACHE", str(cache))
+    options = json.loads((allennlp_dir / "options.json").read_text())
+    options["lstm"]["projection_dim"] *= 2  # the options of another model
+    archive = model_zip(tmp_path / "other.zip", allennlp_dir, options=options)
+    (tmp_path / "in.txt").write_text("a b\n")
+    assert main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "o.hdf5"), "--model", str(archive)]) == 2
+    assert "other.zip: the model in the archive does not load" in capsys.readouterr().err
+    assert cache_leftovers(cache) == []
+
+
+def test_a_touched_zip_keeps_one_copy_and_a_changed_one_replaces_it(tmp_path, allennlp_dir, monkeypatch):
+    import os
+    import zipfile
+
+    from elmo.hub.nlpl_zip import unpacked_zip
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ELMO_CACHE", str(cache))
+    archive = model_zip(tmp_path / "model.zip", allennlp_dir)
+    first = unpacked_zip(archive)
+    unpacked_at = (first / "weights.hdf5").stat().st_mtime_ns
+    for i in range(3):
+        os.utime(archive, ns=(10**9 * (i + 1), 10**9 * (i + 1)))  # touched: the same bytes
+        assert unpacked_zip(archive) == first and (first / "weights.hdf5").stat().st_mtime_ns == unpacked_at
+    with zipfile.ZipFile(archive, "a") as z:
+        z.writestr("m/NOTES.txt", "changed")
+    again = unpacked_zip(archive)
+    assert (again / "NOTES.txt").is_file() and again == first
+    assert len(list((cache / "local").iterdir())) == 1 and not list((cache / "local").rglob(".replaced-*"))
+
+
+@pytest.mark.parametrize("names", [["m/options.json", "m/options.json"], ["m/options.json", "m/./options.json"],
+                                   ["m/weights.hdf5", "m//weights.hdf5"]])
+@pytest.mark.parametrize("kind", ["zip", "tar"])
+def test_duplicate_member_names_are_refused(tmp_path, allennlp_dir, names, kind):
+    import io
+    import tarfile
+    import warnings
+    import zipfile
+
+    from elmo.hub.archives import extract_archive
+
+    archive = tmp_path / f"dup.{'zip' if kind == 'zip' else 'tar.gz'}"
+    contents = [(allennlp_dir / "options.json").read_bytes(), b"{}"]
+    if kind == "zip":
+        with warnings.catch_warnings(), zipfile.ZipFile(archive, "w") as z:
+            warnings.simplefilter("ignore")  # zipfile warns of the duplicate name, and writes it
+            for name, data in zip(names, contents):
+                z.writestr(name, data)
+    else:
+        with tarfile.open(archive, "w:gz") as t:
+            for name, data in zip(names, contents):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+    with pytest.raises(ModelFileError, match="have one name; which is the model's"):
+        extract_archive(archive, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

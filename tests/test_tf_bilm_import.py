@@ -172,5 +172,6 @@ def test_a_run_directory_or_prefix_as_a_model_reference(run_with_vocab, tmp_path
     assert imported_model_dir(prefix) == model and (model / "weights.hdf5").stat().st_mtime_ns == stamp  # imported once
     assert datasets(model / "weights.hdf5").keys() == datasets(DATA / "bilm-weights.hdf5").keys()
     (run / "options.json").touch()
-    os.utime(run / "options.json", ns=(1, 1))  # a changed input: imported again, elsewhere
-    assert imported_model_dir(run) != model
+    os.utime(run / "options.json", ns=(1, 1))  # a changed input: imported again, replacing the copy (#66.8)
+    assert imported_model_dir(run) == model and (model / "weights.hdf5").stat().st_mtime_ns != stamp
+    assert len(list((tmp_path / "elmo-cache" / "local").iterdir())) == 1

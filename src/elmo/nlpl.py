@@ -52,14 +52,6 @@ def is_model_zip(path: str | os.PathLike) -> bool:
     return p.suffix.lower() == ".zip" and p.is_file() and zipfile.is_zipfile(p)
 
 
-def zip_key(path: str | os.PathLike) -> str:
-    """What names a local zip's unpacked copy: its resolved path, size and modification time, so a
-    replaced file is unpacked again."""
-    p = Path(path).resolve()
-    stat = p.stat()
-    return f"{p}\0{stat.st_size}\0{stat.st_mtime_ns}"
-
-
 def meta_facts(meta_file: str | os.PathLike) -> dict[str, str]:
     """meta.json's facts worth showing, as short strings: the repository id, the algorithm, and the
     corpus' description, language, lemmatization and size (NLPL nests the corpus as a list of records;

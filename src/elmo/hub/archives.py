@@ -8,6 +8,7 @@ The contents go to a temporary folder beside `dest` that is renamed onto it when
 from __future__ import annotations
 
 import contextlib
+import json
 import lzma
 import os
 import shutil
@@ -33,17 +34,19 @@ def is_archive_name(name: str) -> bool:
     return name.lower().endswith(ARCHIVE_SUFFIXES)
 
 
-def extract_archive(archive: str | os.PathLike, dest: str | os.PathLike, max_bytes: int = MAX_BYTES) -> Path:
-    """Unpack `archive` into the new folder `dest` (which must not exist yet); refuse anything unsafe."""
+def extract_archive(archive: str | os.PathLike, dest: str | os.PathLike, max_bytes: int = MAX_BYTES,
+                    budget: Callable[[Path, list[_Member]], int] | None = None) -> Path:
+    """Unpack `archive` into the new folder `dest` (which must not exist yet); refuse anything unsafe. `budget`:
+    the bytes the archive's own members justify (model_budget), read before anything is written."""
     archive, dest = Path(archive), Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".extract-", dir=dest.parent))
     try:
         try:
             if zipfile.is_zipfile(archive):
-                _extract_zip(archive, tmp, max_bytes)
+                _extract_zip(archive, tmp, max_bytes, budget)
             elif tarfile.is_tarfile(archive):
-                _extract_tar(archive, tmp, max_bytes)
+                _extract_tar(archive, tmp, max_bytes, budget)
             else:
                 raise ModelFileError(f"{archive}: not a zip or tar archive (.zip, .tar.gz, .tar.xz, .tar.bz2)")
         except UNREADABLE as e:  # a truncated or damaged archive, found while listing it
@@ -95,13 +98,20 @@ class _Member(NamedTuple):
     open: Callable[[], IO[bytes]]
 
 
-def _unpack(archive: Path, dest: Path, max_bytes: int, members: list[_Member]) -> None:
+def _unpack(archive: Path, dest: Path, max_bytes: int, members: list[_Member], budget=None) -> None:
     """Check every member's name, kind and the total size first, then copy within the byte budget."""
     _check_count(archive, len(members))
+    seen = {}
     for m in members:
-        _safe_name(archive, m.name)
+        path = _safe_name(archive, m.name)
         if not m.is_plain:
             raise ModelFileError(f"{archive}: member {m.name!r} is a link or special file; refusing to unpack the archive")
+        if path.parts in seen and not (m.is_dir and seen[path.parts].is_dir):
+            raise ModelFileError(f"{archive}: members {seen[path.parts].name!r} and {m.name!r} have one name; which "
+                                 f"is the model's? Refusing to unpack the archive")
+        seen[path.parts] = m
+    if budget is not None:
+        max_bytes = min(max_bytes, budget(archive, members))
     if sum(m.size for m in members) > max_bytes:
         raise ModelFileError(f"{archive}: unpacks to more than {max_bytes} bytes; refusing to unpack it")
     budget = [0]
@@ -118,16 +128,75 @@ def _unpack(archive: Path, dest: Path, max_bytes: int, members: list[_Member]) -
             raise ModelFileError(f"{archive}: member {m.name!r} cannot be unpacked ({_reason(e)})") from None
 
 
-def _extract_zip(archive: Path, dest: Path, max_bytes: int) -> None:
+def _extract_zip(archive: Path, dest: Path, max_bytes: int, budget=None) -> None:
     with zipfile.ZipFile(archive) as z:
         members = [_Member(info.filename, info.file_size, info.is_dir(),
                            (info.external_attr >> 16) & 0o170000 in (0, REGULAR, DIRECTORY),  # Unix type, if recorded
                            lambda info=info: z.open(info)) for info in z.infolist()]
-        _unpack(archive, dest, max_bytes, members)
+        _unpack(archive, dest, max_bytes, members, budget)
 
 
-def _extract_tar(archive: Path, dest: Path, max_bytes: int) -> None:
+def _extract_tar(archive: Path, dest: Path, max_bytes: int, budget=None) -> None:
     with tarfile.open(archive) as t:
         members = [_Member(m.name, m.size, m.isdir(), m.isfile() or m.isdir(), lambda m=m: t.extractfile(m))
                    for m in t.getmembers()]
-        _unpack(archive, dest, max_bytes, members)
+        _unpack(archive, dest, max_bytes, members, budget)
+
+
+OPTIONS_BYTES = 1 << 20  # an options.json is a few hundred bytes
+OTHER_FILES_BYTES = 64 << 20  # vocabulary, meta.json, README, licence beside the weights
+HDF5_OVERHEAD = 16 << 20
+MAX_VOCAB_ROWS = 1 << 24
+
+
+def model_budget(archive: Path, members: list[_Member]) -> int:
+    """The bytes a model of the architecture its own options.json declares can take: its weights at float64, its
+    softmax (when the archive has one) for the stated vocabulary, and OTHER_FILES_BYTES; read before anything is
+    unpacked, so a small archive that inflates past its model is refused. Without options.json (an
+    ELMoForManyLangs archive) the general MAX_BYTES."""
+    from ..layout import OPTIONS_NAME, SOFTMAX_NAME
+    from ..options import BiLMConfig
+
+    options = sorted((m for m in members if not m.is_dir and PurePosixPath(m.name).name == OPTIONS_NAME),
+                     key=lambda m: len(PurePosixPath(m.name).parts))
+    if not options:
+        return MAX_BYTES
+    member = options[0]
+    try:
+        with contextlib.closing(member.open()) as f:
+            data = f.read(OPTIONS_BYTES + 1)
+        if len(data) > OPTIONS_BYTES:
+            raise ModelFileError(f"{archive}: member {member.name!r} is over {OPTIONS_BYTES} bytes, not an options.json")
+        declared = json.loads(data.decode("utf-8"))
+        config = BiLMConfig.from_options(declared, source=f"{archive}: member {member.name!r}")
+    except ModelFileError:
+        raise
+    except (*UNREADABLE, ValueError) as e:  # JSON and UTF-8 errors are ValueErrors
+        raise ModelFileError(f"{archive}: member {member.name!r} is not a readable options.json ({_reason(e)})") from None
+    total = config.parameter_count() * 8 + HDF5_OVERHEAD + OTHER_FILES_BYTES
+    if any(PurePosixPath(m.name).name == SOFTMAX_NAME for m in members):
+        rows = declared.get("n_tokens_vocab") if isinstance(declared, dict) else None
+        if not isinstance(rows, int) or isinstance(rows, bool) or not 0 < rows <= MAX_VOCAB_ROWS:
+            rows = MAX_VOCAB_ROWS  # not stated: as many words as a vocabulary file of the allowance can list
+        total += rows * (config.projection_dim + 1) * 8 + HDF5_OVERHEAD
+    return total
+
+
+def check_model_loads(model_dir: Path, source: str) -> None:
+    """The unpacked model loads as it will at first use (options, weights and their shapes, every value finite);
+    a ModelFileError naming `source` otherwise, so that the caller removes what it unpacked."""
+    from ..errors import ElmoError
+    from ..layout import OPTIONS_NAME, WEIGHTS_NAME, is_manylangs_dir, nlpl_weights
+    from ..manylangs import load_manylangs
+    from ..weights import load_bilm
+
+    try:
+        if (model_dir / WEIGHTS_NAME).is_file():
+            load_bilm(model_dir / OPTIONS_NAME, model_dir / WEIGHTS_NAME)
+        elif nlpl_weights(model_dir) is not None:
+            load_bilm(model_dir / OPTIONS_NAME, nlpl_weights(model_dir))
+        elif is_manylangs_dir(model_dir):
+            load_manylangs(model_dir)
+    except ElmoError as e:
+        raise ModelFileError(f"{source}: the model in the archive does not load, so its unpacked copy was removed: "
+                             f"{e}") from None

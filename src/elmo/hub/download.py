@@ -364,10 +364,11 @@ def forget_reference(reference: str) -> None:
                 forget(entry)
 
 
-def unpack_entry(entry: CacheEntry, archive: Path) -> None:
-    """Unpack `archive` into the entry (its lock held); a damaged archive of ours leaves the cache."""
+def unpack_entry(entry: CacheEntry, archive: Path, budget=None) -> None:
+    """Unpack `archive` into the entry (its lock held); a damaged archive of ours leaves the cache. `budget`: as
+    extract_archive's (archives.model_budget for a model archive)."""
     try:
-        extract_archive(archive, entry.extracted)
+        extract_archive(archive, entry.extracted, budget=budget)
     except ModelFileError as e:
         if archive != entry.path:
             raise

@@ -7,13 +7,14 @@ these (model directories are recognised by elmo.layout).
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..errors import ModelFileError
 from ..layout import model_dir_in
 from .allennlp_cache import find_in_allennlp_cache
-from .archives import ARCHIVE_SUFFIXES, extract_archive, is_archive_name
+from .archives import ARCHIVE_SUFFIXES, check_model_loads, extract_archive, is_archive_name, model_budget
 from .cache import CacheEntry
 from .catalog import PublishedModel
 from .download import entry_lock, unpack_entry
@@ -60,5 +61,10 @@ def fetch_archive_model(url: str, timeout: float | None = None) -> Path:
     if not entry.extracted.is_dir() or entry.extracted.is_symlink():
         with entry_lock(entry):  # a bounded wait; planted links and killed unpacks' leftovers removed
             if not entry.extracted.is_dir():
-                unpack_entry(entry, archive)  # a damaged archive leaves the cache
+                unpack_entry(entry, archive, budget=model_budget)  # a damaged archive leaves the cache
+                try:  # a model that does not load leaves no unpacked copy behind
+                    check_model_loads(model_dir_in(entry.extracted, url), url)
+                except ModelFileError:
+                    shutil.rmtree(entry.extracted, ignore_errors=True)
+                    raise
     return model_dir_in(entry.extracted, url)

@@ -1,8 +1,8 @@
 """A bilm-tf checkpoint as a model reference: `--model model.ckpt-N` or `--model RUN_DIR` works like a model directory.
 
 The checkpoint is imported once (elmo.tf.bilm_import) into `$ELMO_CACHE/local/tf-<key>/model`, keyed by the
-checkpoint's, options' and vocabulary's resolved paths, sizes and modification times: a newer checkpoint is imported
-again, the original files are never touched. A bilm-tf run directory is options.json + the `checkpoint` file naming
+checkpoint's, options' and vocabulary's resolved paths, with their sizes and modification times recorded beside it: a
+changed file is imported again into the same folder, replacing the old copy; the original files are never touched. A bilm-tf run directory is options.json + the `checkpoint` file naming
 the newest checkpoint (+ its files), without weights.hdf5; the vocabulary is a vocab.txt (or one vocab*.txt) beside.
 """
 
@@ -49,7 +49,8 @@ def _stamp(path: Path | None) -> str:
 
 
 def imported_model_dir(text: str | os.PathLike) -> Path:
-    """The model directory of a bilm-tf checkpoint or run directory, imported into the cache on first use."""
+    """The model directory of a bilm-tf checkpoint or run directory, imported into the cache on first use, and
+    again, in the same place, when its files change (one copy per checkpoint, however often it is touched)."""
     from filelock import FileLock
 
     from elmo.hub.cache import cache_root
@@ -62,14 +63,24 @@ def imported_model_dir(text: str | os.PathLike) -> Path:
     ckpt = TFCheckpoint(source.prefix)
     files = [ckpt.index_path, *(ckpt.shard_path(i) for i in range(ckpt.header.num_shards)), source.options_file,
              source.vocab_file]
-    key = "\n".join(_stamp(f) for f in files)
-    folder = cache_root() / "local" / (CACHE_PREFIX + hashlib.sha256(key.encode("utf-8")).hexdigest()[:32])
-    model = folder / "model"
-    if not (model / WEIGHTS_NAME).is_file():
+    place = "\n".join("-" if f is None else str(f.resolve()) for f in files)
+    stamp = "\n".join(_stamp(f) for f in files)
+    folder = cache_root() / "local" / (CACHE_PREFIX + hashlib.sha256(place.encode("utf-8")).hexdigest()[:32])
+    model, record = folder / "model", folder / "source.txt"
+
+    def current() -> bool:
+        try:
+            return (model / WEIGHTS_NAME).is_file() and record.read_text(encoding="utf-8") == stamp
+        except OSError:
+            return False
+
+    if not current():
         folder.mkdir(parents=True, exist_ok=True)
         with FileLock(folder / ".lock"):
-            if not (model / WEIGHTS_NAME).is_file():
-                import_bilm_checkpoint(source, model, overwrite=True)
+            if not current():
+                record.unlink(missing_ok=True)
+                import_bilm_checkpoint(source, model, overwrite=True)  # replaces the model's files in one rename
+                record.write_text(stamp, encoding="utf-8")
     return model
 
 
