@@ -772,3 +772,127 @@ def test_duplicate_member_names_are_refused(tmp_path, allennlp_dir, names, kind)
     with pytest.raises(ModelFileError, match="have one name; which is the model's"):
         extract_archive(archive, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+# ---- #66.9 the API checks every argument, everywhere ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def fixture_elmo(allennlp_dir):
+    import elmo
+
+    return elmo.Elmo(allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5", 1, dropout=0.0)
+
+
+@pytest.mark.parametrize("make, needle", [
+    (lambda ids: ids.to(__import__("torch").uint8), "found torch.uint8"),
+    (lambda ids: ids.to(__import__("torch").int16), "found torch.int16"),
+    (lambda ids: ids.bool(), "found torch.bool"),
+    (lambda ids: ids[:0], "inputs hold no sentences (shape (0, 3, 50))"),
+    (lambda ids: ids[None, :0], "inputs hold no sentences (shape (1, 0, 3, 50))"),
+    (lambda ids: ids[0], "inputs must have shape (batch, tokens, 50)"),
+])
+def test_elmo_refuses_char_ids_of_the_wrong_dtype_or_an_empty_batch(fixture_elmo, make, needle):
+    import elmo
+
+    ids = elmo.batch_to_ids([["a", "b", "c"], ["d"]])
+    with pytest.raises(elmo.errors.InputError) as error:
+        fixture_elmo(make(ids))
+    assert needle in one_line(error.value)
+    assert fixture_elmo(ids.int())["elmo_representations"][0].shape == (2, 3, 32)  # int32 ids are ids too
+
+
+@pytest.mark.parametrize("word_inputs, needle", [
+    (lambda ids: ids[..., 0].float(), "word_inputs must be an int64 tensor"),
+    (lambda ids: [[1, 2, 3]], "found list"),
+    (lambda ids: ids[0, :, 0], "word_inputs must hold one id per token"),
+])
+def test_elmo_refuses_word_ids_of_the_wrong_type_or_rank(fixture_elmo, word_inputs, needle):
+    import elmo
+
+    ids = elmo.batch_to_ids([["a", "b", "c"]])
+    with pytest.raises(elmo.errors.InputError, match=needle):
+        fixture_elmo(ids, word_inputs=word_inputs(ids))
+
+
+@pytest.mark.parametrize("change, needle", [
+    (lambda sd, k: {**sd, k: sd[k].tolist()}, "must be a tensor, found list"),
+    (lambda sd, k: {**sd, k: sd[k].numpy()}, "must be a tensor, found ndarray"),
+    (lambda sd, k: {**sd, k: None}, "must be a tensor, found NoneType"),
+    (lambda sd, k: {**sd, k: sd[k].long()}, "holds torch.int64; this module's weights are floats"),
+    (lambda sd, k: {**sd, 5: sd[k]}, "keys must be parameter names (str), found int 5"),
+    (lambda sd, k: list(sd.items()), "state_dict must be a mapping"),
+])
+def test_load_state_dict_refuses_values_of_the_wrong_type(fixture_elmo, change, needle):
+    import torch
+
+    import elmo
+
+    state = {k: v.clone() for k, v in fixture_elmo.state_dict().items()}
+    key = next(iter(state))
+    with pytest.raises(elmo.errors.InputError) as error:
+        fixture_elmo.load_state_dict(change(state, key))
+    assert needle in one_line(error.value)
+    assert all(torch.equal(v, state[k]) for k, v in fixture_elmo.state_dict().items())  # nothing was loaded
+
+
+def test_the_0_9_embedder_and_simple_elmo_name_a_bad_batch(allennlp_dir, tmp_path):
+    import elmo
+    from elmo.allennlp09_embedder import ElmoEmbedder
+    from elmo.simple_elmo import ElmoModel
+
+    embedder = ElmoEmbedder(str(allennlp_dir / "options.json"), str(allennlp_dir / "lm_weights.hdf5"))
+    assert embedder.embed_batch([]) == []
+    with pytest.raises(elmo.errors.InputError, match="batch holds no sentences"):
+        embedder.batch_to_embeddings([])
+    with pytest.raises(elmo.errors.InputError, match="sentence 1 must be a list of token strings, found NoneType"):
+        embedder.batch_to_embeddings([["a"], None])
+    folder = tmp_path / "m"
+    folder.mkdir()
+    shutil.copy(allennlp_dir / "options.json", folder / "options.json")
+    shutil.copy(allennlp_dir / "lm_weights.hdf5", folder / "weights.hdf5")
+    model = ElmoModel()
+    model.load(str(folder), max_batch_size=4)
+    for texts, needle in [([["a"], None], r"texts\[1\] is NoneType"), ([["a", 3]], r"texts\[0\] holds a token"),
+                          (5, "found int"), ([["a"], 7], r"texts\[1\] is int")]:
+        with pytest.raises(elmo.errors.InputError, match=needle):
+            model.get_elmo_vectors(texts)
+    assert model.get_elmo_vectors((w for w in s) for s in [["a", "b"]]).shape == (1, 2, 32)
+
+
+def _with_compression_method(data: bytes, member: str, method: int) -> bytes:
+    """The zip `data` with `member`'s compression method field changed, in its local and central headers."""
+    import io
+    import struct
+    import zipfile
+
+    out = bytearray(data)
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        info = z.getinfo(member)
+    struct.pack_into("<H", out, info.header_offset + 8, method)
+    at = out.find(b"PK\x01\x02")
+    while at != -1:
+        length = struct.unpack_from("<H", out, at + 28)[0]
+        if out[at + 46:at + 46 + length] == member.encode():
+            struct.pack_into("<H", out, at + 10, method)
+        at = out.find(b"PK\x01\x02", at + 4)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("member", ["m/options.json", "m/weights.hdf5"])
+@pytest.mark.parametrize("method", [9, 99])  # Deflate64, and a number no zip tool uses
+def test_an_archive_member_with_an_unsupported_compression_method_is_one_line(
+        hub_env, tmp_path, capsys, allennlp_dir, member, method):
+    from hub_server import serve
+
+    from elmo.cli import main
+
+    data = _with_compression_method(model_zip(tmp_path / "m.zip", allennlp_dir).read_bytes(), member, method)
+    (tmp_path / "bad.zip").write_bytes(data)
+    (tmp_path / "in.txt").write_text("a b\n")
+    with serve({"/m.zip": data}) as server:
+        for reference in (server.url("/m.zip"), str(tmp_path / "bad.zip")):
+            assert main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "o.hdf5"), "--model", reference]) == 2
+            err = capsys.readouterr().err
+            assert "compression method is not supported" in one_line(err.strip()), err
+        assert main(["download", server.url("/m.zip")]) == 2
+        assert "compression method is not supported" in capsys.readouterr().err

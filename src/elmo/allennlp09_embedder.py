@@ -17,7 +17,7 @@ import torch
 from .bilm import remove_sentence_boundaries
 from .chars import batch_to_ids
 from .embed_file import OutputSpec, check_output, embed_file, write_lines
-from .embedder import Embedder, check_batch_size
+from .embedder import Embedder, check_batch_size, check_sentences
 from .errors import DownloadError, InputError, ModelFileError
 from .fileio import decode_line
 from .models import ModelFiles, resolve
@@ -77,6 +77,10 @@ class ElmoEmbedder:
     @torch.no_grad()
     def batch_to_embeddings(self, batch: list[list[str]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Activations (B, L+1, T, D) without the markers, and the mask (B, T), as torch tensors."""
+        check_sentences(batch)
+        if not batch:
+            raise InputError("batch holds no sentences; batch_to_embeddings needs at least one (embed_batch([]) "
+                             "gives [])")
         bilm = self.embedder.bilm
         out = bilm(batch_to_ids(batch).to(self.embedder.device))
         pairs = [remove_sentence_boundaries(layer, out.mask) for layer in out.layers]

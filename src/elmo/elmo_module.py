@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
@@ -34,19 +34,35 @@ def check_arguments(num_output_representations: object, dropout: object, scalar_
             raise InputError(f"scalar_mix_parameters must be finite numbers, found {values!r}")
 
 
+ID_DTYPES = (torch.int64, torch.int32)
+
+
+def check_word_ids(word_inputs: object, inputs: torch.Tensor) -> None:
+    """`word_inputs`: integer word ids, (B, T) or (B, N, T) beside char ids of (B, T, W) or (B, N, T, W)."""
+    if not isinstance(word_inputs, torch.Tensor) or word_inputs.dtype not in ID_DTYPES:
+        found = word_inputs.dtype if isinstance(word_inputs, torch.Tensor) else type(word_inputs).__name__
+        raise InputError(f"word_inputs must be an int64 tensor of word ids (indices into vocab_to_cache), found {found}")
+    if word_inputs.dim() != inputs.dim() - 1 or word_inputs.shape[0] != inputs.shape[0]:
+        raise InputError(f"word_inputs must hold one id per token, shape (batch, tokens) for inputs of shape "
+                         f"{tuple(inputs.shape)}, found {tuple(word_inputs.shape)}")
+
+
 def check_char_ids(inputs: object, module: nn.Module) -> None:
     """Character ids as `batch_to_ids` makes them: an integer tensor (B, T, W) or (B, N, T, W), W the model's
     width, values in 0..codes; a float, a wrong shape or an id out of range is refused by name."""
     if not isinstance(inputs, torch.Tensor):
         raise InputError(f"inputs must be a tensor of character ids (elmo.batch_to_ids), found {type(inputs).__name__}")
-    if inputs.is_floating_point() or inputs.is_complex() or inputs.dtype == torch.bool:
-        raise InputError(f"inputs must hold integer character ids (elmo.batch_to_ids gives int64), found "
+    if inputs.dtype not in ID_DTYPES:  # torch's embeddings index with int64 or int32 only
+        raise InputError(f"inputs must hold int64 (or int32) character ids (elmo.batch_to_ids gives int64), found "
                          f"{inputs.dtype}")
     config = getattr(module, "config", None)
     width = config.ids_width if config is not None else None
     if inputs.dim() not in (3, 4) or (width is not None and inputs.shape[-1] != width):
         raise InputError(f"inputs must have shape (batch, tokens, {width or 'W'}) or (batch, n, tokens, "
                          f"{width or 'W'}), found {tuple(inputs.shape)}")
+    if 0 in inputs.shape[:-2]:
+        raise InputError(f"inputs hold no sentences (shape {tuple(inputs.shape)}); give at least one "
+                         f"(elmo.batch_to_ids of a non-empty list)")
     if config is not None and config.reads_chars and not config.word_dim and inputs.numel():
         low, high = int(inputs.min()), int(inputs.max())
         if low < 0 or high > N_CODES:
@@ -180,8 +196,21 @@ class Elmo(nn.Module):
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         """torch's, all or nothing: a non-finite tensor is refused, and a load that fails (a missing or
         misshapen key under strict=True) leaves every weight as it was, not half replaced."""
+        if not isinstance(state_dict, Mapping):
+            raise InputError(f"state_dict must be a mapping of parameter names to tensors, found "
+                             f"{type(state_dict).__name__}")
+        floats_only = all(t.is_floating_point() for t in self._tensors().values())
         for name, value in state_dict.items():
-            if isinstance(value, torch.Tensor) and value.is_floating_point() and not torch.isfinite(value).all():
+            if not isinstance(name, str):
+                raise InputError(f"state_dict's keys must be parameter names (str), found {type(name).__name__} "
+                                 f"{name!r}; nothing was loaded")
+            if not isinstance(value, torch.Tensor):
+                raise InputError(f"state_dict['{name}'] must be a tensor, found {type(value).__name__}; nothing was "
+                                 f"loaded")
+            if floats_only and not value.is_floating_point():
+                raise InputError(f"state_dict['{name}'] holds {value.dtype}; this module's weights are floats, "
+                                 f"nothing was loaded")
+            if value.is_floating_point() and not torch.isfinite(value).all():
                 raise InputError(f"state_dict['{name}'] holds NaN or infinite values; nothing was loaded")
         before = {k: v.detach().clone() for k, v in self._tensors().items()}
         try:
@@ -228,6 +257,8 @@ class Elmo(nn.Module):
         """inputs: char ids (B, T, 50) or (B, N, T, 50); word_inputs: (B, T) indices into
         `vocab_to_cache`. Returns {'elmo_representations': [(B, T, 2P)...], 'mask': (B, T)}."""
         check_char_ids(inputs, self._elmo_lstm)
+        if word_inputs is not None:
+            check_word_ids(word_inputs, inputs)
         original_shape = inputs.shape
         if inputs.dim() > 3:
             inputs = inputs.reshape(-1, *original_shape[-2:])

@@ -22,7 +22,7 @@ on purpose (docs/tensorflow.md):
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -198,10 +198,18 @@ def check_layer_mode(layers: object) -> None:
 
 def check_texts(texts: Sequence[Sequence[str]]) -> list[Sequence[str]]:
     """Tokenized sentences: a plain string would be read one character per token, silently."""
+    how = "split strings first, e.g. [s.split() for s in sentences]"
+    if not isinstance(texts, Iterable):
+        raise InputError(f"texts must be tokenized sentences (a list of lists of str), found {type(texts).__name__}")
     texts = [texts] if isinstance(texts, str) else list(texts)
-    if any(isinstance(t, str) or not all(isinstance(w, str) for w in t) for t in texts):
-        raise InputError("texts must be tokenized sentences (a list of lists of str); split strings first, "
-                         "e.g. [s.split() for s in sentences]")
+    for i, text in enumerate(texts):
+        if isinstance(text, (str, bytes)) or not isinstance(text, Iterable):
+            raise InputError(f"texts must be tokenized sentences (a list of lists of str); texts[{i}] is "
+                             f"{type(text).__name__} {str(text)[:40]!r}: {how}")
+        texts[i] = text = text if isinstance(text, Sequence) else list(text)
+        if not all(isinstance(w, str) for w in text):
+            raise InputError(f"texts must be tokenized sentences (a list of lists of str); texts[{i}] holds a "
+                             f"token that is not a string: {how}")
     return texts
 
 

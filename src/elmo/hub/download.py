@@ -195,7 +195,8 @@ def content_problem(path: Path, name: str) -> str | None:
         elif name.endswith(ARCHIVE_SUFFIXES):
             with tarfile.open(path) as t:
                 t.getmembers()  # reads the whole compressed stream: a truncated one fails here
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, tarfile.TarError, zlib.error, lzma.LZMAError) as e:
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, tarfile.TarError, zlib.error, lzma.LZMAError,
+            NotImplementedError, RuntimeError) as e:  # an unsupported compression method; an encrypted member
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
         return f"is not a readable {name} ({type(e).__name__}: {reason})"
     return None
