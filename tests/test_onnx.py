@@ -168,3 +168,18 @@ def test_cli_writes_the_file_and_refuses_to_overwrite(tmp_path, capsys, one_thre
     assert "exists; pass --overwrite" in capsys.readouterr().err
     assert main(["export-onnx", str(tmp_path / "no-such-model"), str(tmp_path / "y.onnx")]) == 2
     assert "no-such-model" in capsys.readouterr().err and not (tmp_path / "y.onnx").exists()
+
+
+def test_the_speed_benchmark_gives_every_engine_the_same_sorted_batches():
+    from conftest import load_script
+
+    bench = load_script("benchmarks/onnx_speed.py")
+    batches = bench.sorted_batches(["a b", "a b c d", "a", "a b c"], 3)
+    assert batches == [[["a", "b", "c", "d"], ["a", "b", "c"], ["a", "b"]], [["a"]]]
+    rows = [{"shape": "small", "threads": 1, "engine": "ours fp32", "tokens_per_s": 1000.0, "process_s": 9.0,
+             "load_s": 0.5, "peak_rss_mb": 400.0},
+            {"shape": "small", "threads": 1, "engine": "onnxruntime fp32", "tokens_per_s": 500.0, "process_s": 12.0,
+             "load_s": 0.4, "peak_rss_mb": 700.0, "onnx_mb": 54.4, "max_abs_diff": 4e-7, "cosine_mean": 1.0,
+             "cosine_min": 0.99999}]
+    table = bench.markdown_table({"rows": rows})
+    assert "| small | 1 | onnxruntime fp32 | 500 | x0.50 | 12.0 | 0.4 | 700 | 54.4 | 4.0e-07 / 1.00000 / 0.99999 |" in table

@@ -238,3 +238,14 @@ def test_cli_refusals(capsys, model_args):
     assert "--max-queue-tokens 10 is below --max-request-tokens 20" in capsys.readouterr().err
     assert main(["serve", *model_args, "--max-wait-ms", "-1"]) == 2
     assert "--max-wait-ms -1" in capsys.readouterr().err
+
+
+def test_the_load_benchmark_table_puts_batched_beside_one_per_call():
+    from conftest import load_script
+
+    bench = load_script("benchmarks/serve_load.py")
+    row = {"shape": "bundled", "concurrency": 64, "requests": 100, "failures": 0, "seconds": 10.0, "tokens_per_s": 250.0,
+           "p50_s": 0.5, "p99_s": 0.9, "client_cpu_s": 1.0, "server_peak_rss_mb": 800.0}
+    table = bench.markdown_table({"rows": [{**row, "mode": "one per call", "requests_per_s": 10.0},
+                                           {**row, "mode": "batched", "requests_per_s": 35.0}]})
+    assert "| bundled | 64 | batched | 35.0 | 250 | **x3.50** | 500 | 900 | 0 | 800 | 1.0 / 10.0 |" in table

@@ -1,0 +1,151 @@
+"""`elmo serve` under load: batched against one request per model call, in one run (issue #65 item 4).
+
+    python benchmarks/serve_load.py --shapes bundled,original --concurrency 1,8,64 \\
+        --out benchmarks/results/serve-load-cpu.json
+    python benchmarks/serve_load.py --render benchmarks/results/serve-load-cpu.json
+
+For each shape and mode, one `elmo serve --threads 1` process: `batched` with its defaults
+(--max-batch-tokens 4096 --max-wait-ms 5), `one per call` with --max-batch-tokens 1 (every model call
+runs one request). Against it, for each concurrency C, C clients in this process (asyncio + httpx, one
+connection each) send `POST /v1/embeddings` with one line of ../shared/data/wiki_corpus/valid.txt each
+(in turn, each client its own lines), back to back, for --seconds after a warm-up; requests begun by then
+are waited for. Reported: requests/s and tokens/s (completed over the time to the last answer), p50 and
+p99 latency, answers other than 200, the server's peak RSS, and the CPU seconds the clients took (they
+share the machine with the server: pin both with taskset to say where). `bundled` is the bundled
+default model; `original` the published ELMo's shapes with random weights (`torch.manual_seed(0)`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from benchlib import HERE, SENTENCES, random_model, save_results
+
+MODES = {"batched": [], "one per call": ["--max-batch-tokens", "1", "--max-wait-ms", "0"]}
+SHAPES = ("bundled", "original", "small")
+
+
+def start_server(shape: str, work: Path, mode_flags: list[str]) -> tuple[subprocess.Popen, str]:
+    model = ["--model", "default"] if shape == "bundled" else []
+    if not model:
+        directory = work / shape
+        if not directory.exists():
+            random_model(shape, directory)
+        model = ["--options", str(directory / "options.json"), "--weights", str(directory / "weights.hdf5")]
+    cmd = [sys.executable, "-m", "elmo", "serve", *model, "--port", "0", "--threads", "1", *mode_flags]
+    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=HERE.parent)
+    line = server.stdout.readline()
+    if " at " not in line:
+        sys.exit(f"the server did not start: {server.stderr.read()[-2000:]}")
+    return server, line.split(" at ")[1].split()[0].rstrip("/")
+
+
+def peak_rss_mb(pid: int) -> float:
+    return [int(x.split()[1]) for x in open(f"/proc/{pid}/status") if x.startswith("VmHWM")][0] / 1024
+
+
+async def load(url: str, lines: list[str], concurrency: int, seconds: float, warmup: int = 4) -> dict:
+    import httpx
+
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(limits=limits, timeout=600, trust_env=False) as client:
+        for line in lines[:warmup]:
+            (await client.post(url + "/v1/embeddings", json={"input": line})).raise_for_status()
+        latencies, tokens, failures = [], [], 0
+        start = time.perf_counter()
+        deadline = start + seconds
+        last = start
+
+        async def user(k: int) -> None:
+            nonlocal failures, last
+            i = k
+            while time.perf_counter() < deadline:
+                line = lines[i % len(lines)]
+                i += concurrency
+                sent = time.perf_counter()
+                response = await client.post(url + "/v1/embeddings", json={"input": line})
+                done = time.perf_counter()
+                if response.status_code != 200:
+                    failures += 1
+                    continue
+                latencies.append(done - sent)
+                tokens.append(response.json()["usage"]["prompt_tokens"])
+                last = max(last, done)
+
+        cpu = resource.getrusage(resource.RUSAGE_SELF)
+        await asyncio.gather(*(user(k) for k in range(concurrency)))
+        cpu_after = resource.getrusage(resource.RUSAGE_SELF)
+    elapsed = last - start
+    return {"requests": len(latencies), "failures": failures, "seconds": elapsed,
+            "requests_per_s": len(latencies) / elapsed, "tokens_per_s": sum(tokens) / elapsed,
+            "p50_s": float(np.percentile(latencies, 50)), "p99_s": float(np.percentile(latencies, 99)),
+            "client_cpu_s": (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu.ru_utime + cpu.ru_stime)}
+
+
+def measure(args: argparse.Namespace, results: dict, work: Path, lines: list[str]) -> None:
+    for shape in [s for s in args.shapes.split(",") if s]:
+        if shape not in SHAPES:
+            sys.exit(f"--shapes: expected any of {SHAPES}, found {shape!r}")
+        seconds = args.seconds * (2 if shape == "original" else 1)
+        for mode, flags in MODES.items():
+            server, url = start_server(shape, work, flags)
+            try:
+                for concurrency in [int(c) for c in args.concurrency.split(",")]:
+                    row = {"shape": shape, "mode": mode, "concurrency": concurrency,
+                           **asyncio.run(load(url, lines, concurrency, seconds)), "server_peak_rss_mb": peak_rss_mb(server.pid)}
+                    results["rows"].append(row)
+                    save_results(results, Path(args.out))
+                    print(json.dumps(row), flush=True)
+            finally:
+                server.send_signal(signal.SIGTERM)
+                server.wait(60)
+
+
+def markdown_table(results: dict) -> str:
+    out = ["| shape | concurrency | mode | requests/s | tokens/s | batched / one per call | p50 ms | p99 ms | not 200 "
+           "| server peak RSS MB | client CPU s / wall s |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    one = {(r["shape"], r["concurrency"]): r["requests_per_s"] for r in results["rows"] if r["mode"] == "one per call"}
+    for r in sorted(results["rows"], key=lambda r: (r["shape"], r["concurrency"], r["mode"])):
+        base = one.get((r["shape"], r["concurrency"]))
+        ratio = f"**x{r['requests_per_s'] / base:.2f}**" if base and r["mode"] == "batched" else "-"
+        out.append(f"| {r['shape']} | {r['concurrency']} | {r['mode']} | {r['requests_per_s']:.1f} | "
+                   f"{r['tokens_per_s']:,.0f} | {ratio} | {r['p50_s'] * 1000:,.0f} | {r['p99_s'] * 1000:,.0f} | "
+                   f"{r['failures']} | {r['server_peak_rss_mb']:,.0f} | {r['client_cpu_s']:.1f} / {r['seconds']:.1f} |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", default="bundled,original", help=f"any of {', '.join(SHAPES)}")
+    p.add_argument("--concurrency", default="1,8,64")
+    p.add_argument("--seconds", type=float, default=15.0, help="per measurement (twice that for original)")
+    p.add_argument("--lines", type=int, default=2000, help="lines of wiki_corpus valid the clients send")
+    p.add_argument("--out", default=str(HERE / "results" / "serve-load-cpu.json"))
+    p.add_argument("--render", metavar="JSON", help="measure nothing: print the table of a results file")
+    args = p.parse_args()
+    if args.render:
+        print(markdown_table(json.loads(Path(args.render).read_text())))
+        return
+    if not SENTENCES.exists():
+        sys.exit(f"needs {SENTENCES}")
+    lines = [line for line in SENTENCES.read_text(encoding="utf-8").splitlines()[: args.lines] if line.split()]
+    results = {"machine": {"platform": platform.platform(), "processor": platform.processor()},
+               "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(sys.argv),
+               "seconds": args.seconds, "lines": len(lines), "rows": []}
+    measure(args, results, Path(tempfile.mkdtemp(prefix="elmo-serve-load-")), lines)
+    print(markdown_table(results))
+
+
+if __name__ == "__main__":
+    main()
