@@ -121,3 +121,46 @@ def save_results(results: dict, out: Path) -> None:
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(results, indent=2) + "\n")
     tmp.replace(out)
+
+
+# A process's own peak RSS in MB: /proc's VmHWM, which starts again at exec. (getrusage's ru_maxrss keeps the
+# parent's peak across a vfork + exec, so a child of a large benchmark process would report at least that.)
+PEAK_RSS_MB = "[int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM')][0] / 1024"
+# `elmo embed` as its console script runs it, its peak RSS on the last line of stderr.
+EMBED_PROCESS = f"""
+import json, sys
+from elmo.cli import main
+code = main(sys.argv[1:])
+print(json.dumps({{"code": code, "peak_rss_mb": {PEAK_RSS_MB}}}), file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def peak_rss_mb() -> float:
+    """This process's own peak RSS in MB (see PEAK_RSS_MB)."""
+    return eval(PEAK_RSS_MB)  # noqa: S307 (our own constant expression)
+
+
+def code_env(src: str, threads: int) -> dict:
+    """The environment that runs the code in `src` (a src/ folder) on `threads` threads."""
+    return dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+
+
+def timed_process(cmd: list[str], env: dict) -> tuple[float, str, str]:
+    """Wall seconds from spawn to exit, its stdout and stderr; exits with its stderr if it fails."""
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"failed ({done.returncode}): {' '.join(cmd)}\n{done.stderr[-3000:]}")
+    return seconds, done.stdout, done.stderr
+
+
+def embed_process(src: str, sentences: Path, out: Path, flags: list[str], threads: int) -> dict:
+    """The whole `elmo embed sentences out FLAGS` process on the code in `src`: wall seconds from spawn
+    to exit (start-up included) and its own peak RSS."""
+    cmd = [sys.executable, "-c", EMBED_PROCESS, "embed", str(sentences), str(out), "--overwrite", *flags]
+    seconds, _, err = timed_process(cmd, code_env(src, threads))
+    out.unlink()
+    return {"process_s": seconds, "peak_rss_mb": json.loads(err.strip().splitlines()[-1])["peak_rss_mb"]}

@@ -30,22 +30,24 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchlib import PEAK_RSS_MB
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("ELMO_SHARED", REPO.parent / "shared"))
 CORPUS = SHARED / "data" / "wiki_corpus" / "train.txt.gz"
 MODEL = SHARED / "fixtures" / "allennlp-elmo"
 BUNDLED = REPO / "src" / "elmo" / "bundled" / "default"
 
-# Runs `elmo embed` in this process and prints its own peak RSS, so the number is this run's alone.
+# Runs `elmo embed` in this process and prints its own peak RSS (VmHWM), so the number is this run's alone.
 CHILD = """
-import json, resource, sys, time
+import json, sys, time
 import elmo
 from elmo.cli import main
 t = time.perf_counter()
 code = main(sys.argv[1:])
 print(json.dumps({"code": code, "seconds": time.perf_counter() - t, "elmo": elmo.__file__,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
-"""
+                  "peak_rss_mb": PEAK}))
+""".replace("PEAK", PEAK_RSS_MB)
 
 
 def write_lines(path: Path, n: int, max_tokens: int) -> int:

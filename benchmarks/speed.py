@@ -15,7 +15,6 @@ import itertools
 import json
 import os
 import platform
-import resource
 import statistics
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from benchlib import (HERE, SENTENCES, SPEED_WORKER, gemm_flops, gemm_flops_around, gpu_peak_mb, max_diff, options_for,
-                      random_model, run_json, save_results, sync, write_sentences)
+                      peak_rss_mb, random_model, run_json, save_results, sync, write_sentences)
 
 from elmo.training.presets import preset_options
 
@@ -113,7 +112,7 @@ def worker_train(args) -> dict:
         sync(args.device)
         times.append(time.perf_counter() - start)
     limits.append(gemm_flops_around(args.threads, args.device, args.precision, world))
-    rss = distributed.gather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    rss = distributed.gather(peak_rss_mb())
     distributed.teardown()
     if rank != 0:
         return None
@@ -144,7 +143,7 @@ def run_worker(argv: list[str]) -> None:
     result = {"embed": worker_embed, "train": worker_train}[args.kind](args)
     if result is None:  # a torchrun rank other than 0
         return
-    result.setdefault("peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    result.setdefault("peak_rss_mb", peak_rss_mb())
     print(json.dumps(result))
 
 

@@ -97,7 +97,7 @@ class Embedder:
         self.batch_size = check_batch_size(batch_size)
         self.model_named = bilm is not None  # if not, embed_documents runs the bundled document model
         if bilm is None:
-            bilm = resolve().load()
+            bilm = resolve().load_int8() if int8 else resolve().load()
         if self.device.type == "cpu":
             keep_freed_memory()
         self.bilm = bilm.to(self.device).eval()
@@ -112,7 +112,9 @@ class Embedder:
     @classmethod
     def from_files(cls, options_file: str | os.PathLike, weight_file: str | os.PathLike, stateful: bool = False,
                    **kwargs) -> Embedder:
-        return cls(load_bilm(options_file, weight_file, stateful=stateful), **kwargs)
+        """With `int8=True` the model is read for int8 inference and holds int8 weights only."""
+        check_int8_choice(kwargs.get("int8", False), kwargs.get("device", "cpu"), kwargs.get("bf16", False))
+        return cls(load_bilm(options_file, weight_file, stateful=stateful, int8=kwargs.get("int8", False)), **kwargs)
 
     @classmethod
     def from_model(cls, model: str | os.PathLike | Model | None = None, stateful: bool = False,
@@ -122,7 +124,10 @@ class Embedder:
         the bundled `default` for sentences, and `default-document` for `embed_documents`."""
         if model is None and not stateful:
             return cls(None, **kwargs)
-        return cls(resolve(model).load(stateful=stateful), **kwargs)
+        check_int8_choice(kwargs.get("int8", False), kwargs.get("device", "cpu"), kwargs.get("bf16", False))
+        resolved = resolve(model)
+        bilm = resolved.load_int8(stateful=stateful) if kwargs.get("int8") else resolved.load(stateful=stateful)
+        return cls(bilm, **kwargs)
 
     @property
     def stateful(self) -> bool:

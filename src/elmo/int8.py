@@ -5,8 +5,10 @@ highway and the char CNN's projection an int8 copy of its weight, one scale per 
 Activations are quantized as they come, one scale per row (token or batch row), so a row's numbers
 never depend on the other rows of its batch: the int8 products accumulate exactly in int32, and
 everything around them (scales, bias, gates, clipping, the cell state, the char CNN's convolution)
-stays float32. The float32 parameters are kept and never changed, so nothing is written back to
-weights.hdf5, and `state_dict()` is the float32 model's.
+stays float32. By default the float32 parameters are kept and never changed, so nothing is written
+back to weights.hdf5, and `state_dict()` is the float32 model's (`Elmo(int8=True)`); an `Embedder`
+that loads its own model releases them (`keep_float32=False`), and a weight file is then read one
+part at a time (`int8_parts`), so the process never holds the whole model in float32.
 
 The kernel is torch's own fbgemm linear with a prepacked weight (`quantized::linear_dynamic`), the
 fastest int8 product on the CPUs this was measured on (docs/performance.md#int8-on-cpu); torchao's CPU
@@ -21,7 +23,7 @@ which saturates with full-range activations (the check in `check_kernel` would c
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 
 import numpy as np
@@ -91,12 +93,13 @@ class Int8Linear:
     """
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
-        w = weight.detach().t().contiguous().float()  # (out, in)
-        self.in_features, self.out_features = w.shape[1], w.shape[0]
-        self.scale = (w.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny)
+        w = weight.detach().float()  # (in, out): quantized per column, so no float32 copy is made
+        self.in_features, self.out_features = w.shape
+        self.scale = torch.maximum(w.amax(dim=0), w.amin(dim=0).neg()).div_(127).clamp_(min=torch.finfo(torch.float32).tiny)
+        scales, zeros = self.scale.double(), torch.zeros(self.out_features, dtype=torch.long)
         with _fbgemm_engine():
-            q = torch.quantize_per_channel(w, self.scale.double(), torch.zeros(w.shape[0], dtype=torch.long), 0,
-                                           torch.qint8)
+            q = torch.quantize_per_channel(w, scales, zeros, 1, torch.qint8).int_repr()
+            q = torch._make_per_channel_quantized_tensor(q.t().contiguous(), scales, zeros, 0)  # (out, in), as fbgemm packs
             self._packed = torch.ops.quantized.linear_prepack(q, None)
         self.bias = None if bias is None else bias.detach().float().clone()
 
@@ -105,6 +108,11 @@ class Int8Linear:
         """The int8 weight, its scales and the bias."""
         extra = 0 if self.bias is None else self.bias.numel() * 4
         return self.in_features * self.out_features + self.out_features * 4 + extra
+
+    @property
+    def float32_nbytes(self) -> int:
+        """What the same weight and bias take in float32."""
+        return 4 * (self.in_features * self.out_features + (0 if self.bias is None else self.bias.numel()))
 
     def _product(self, pinned: torch.Tensor) -> torch.Tensor:
         """A `_pinned` buffer -> its rows' exact integer products with the int8 weight, times its scales."""
@@ -173,7 +181,7 @@ class Int8LstmProducts:
 
     def products(self, packed: torch.Tensor, active: list[int], x: torch.Tensor, state, params) -> StepProducts:
         _refuse_gradients(params, x, *state)
-        return _Int8Steps(self.input(packed).split(active), self.recurrent, self.projection)
+        return _Int8Steps(packed, active, self.input, self.recurrent, self.projection)
 
     @property
     def nbytes(self) -> int:
@@ -181,32 +189,87 @@ class Int8LstmProducts:
 
 
 class _Int8Steps:
-    """One call's int8 products (a `StepProducts`): the steps' input products, computed once."""
+    """One call's int8 products (a `StepProducts`). The input products are made STEPS_PER_BLOCK steps at
+    a time, as the steps come: the same numbers as all at once (each row is quantized by itself), but
+    at most one block of (rows, 4 x cells) float32 gate inputs is held instead of the whole sentence's."""
 
-    def __init__(self, pre_steps: Sequence[torch.Tensor], recurrent: Int8Linear, projection: Int8Linear | None):
-        self.pre_steps, self.recurrent, self.projection = pre_steps, recurrent, projection
+    STEPS_PER_BLOCK = 16
+
+    def __init__(self, packed: torch.Tensor, active: list[int], input_linear: Int8Linear, recurrent: Int8Linear,
+                 projection: Int8Linear | None):
+        self.packed, self.active, self.input = packed, active, input_linear
+        self.recurrent, self.projection = recurrent, projection
+        self.starts = np.concatenate([[0], np.cumsum(active)]).tolist()  # step t's rows: starts[t]:starts[t+1]
+        self.block_start, self.block = 0, []
+
+    def _input_product(self, t: int) -> torch.Tensor:
+        if not self.block_start <= t < self.block_start + len(self.block):
+            end = min(t + self.STEPS_PER_BLOCK, len(self.active))
+            self.block = []  # the previous block's memory is free before the next is made
+            rows = self.packed[self.starts[t] : self.starts[end]]
+            self.block_start, self.block = t, list(self.input(rows).split(self.active[t:end]))
+        return self.block[t - self.block_start]
 
     def gates(self, t: int, h: torch.Tensor) -> Sequence[torch.Tensor]:
-        return self.recurrent(h).add_(self.pre_steps[t]).chunk(4, dim=1)
+        return self.recurrent(h).add_(self._input_product(t)).chunk(4, dim=1)
 
     def project(self, h: torch.Tensor) -> torch.Tensor:
         return self.projection(h)
 
 
-def quantize_bilm(bilm) -> None:
+def int8_parts(bilm) -> list[tuple[torch.nn.Module, Callable[[bool], None]]]:
+    """The parts converted one at a time, in the weight file's order: the char encoder, then each LSTM
+    layer. Each comes with `convert(keep_float32)`, which gives that part its int8 products and, unless
+    kept, releases the float32 weights they replace (a loader fills one part, converts it, then reads
+    the next, so at most one part's float32 weights are ever held)."""
+    enc = bilm.char_encoder
+
+    def convert_encoder(keep_float32: bool) -> None:
+        enc.int8 = Int8CharProducts(enc)
+        if not keep_float32:
+            for weights in (enc.highway_carry_w, enc.highway_transform_w):
+                for k in range(len(weights)):
+                    weights[k] = _released()
+            if enc.proj_w is not None:
+                enc.proj_w = _released()
+
+    def converter(layer) -> Callable[[bool], None]:
+        def convert_layer(keep_float32: bool) -> None:
+            layer.int8 = Int8LstmProducts(layer)
+            if not keep_float32:
+                layer.W_0 = _released()
+                if layer.W_P_0 is not None:
+                    layer.W_P_0 = _released()
+        return convert_layer
+
+    layers = [layer for stack in (bilm.forward_lstm, bilm.backward_lstm) for layer in stack.layers]
+    return [(enc, convert_encoder)] + [(layer, converter(layer)) for layer in layers]
+
+
+def _released() -> torch.nn.Parameter:
+    """What stands in for a float32 weight whose int8 copy replaced it: no elements, so that saving or
+    reusing it fails on its shape instead of reading stale numbers."""
+    return torch.nn.Parameter(torch.empty(0), requires_grad=False)
+
+
+def quantize_bilm(bilm, keep_float32: bool = True) -> None:
     """Give `bilm` (a loaded `BiLM`, on the CPU) int8 copies of its products, in place; idempotent.
 
+    `keep_float32=False` releases the float32 weights that the int8 copies replace (biases, the char
+    embedding and convolutions stay float32): the biLM then holds about a quarter of the bytes, but is
+    for inference only, and cannot be saved or converted back (`float32_released` says so).
     Raises `Int8Unavailable` where this CPU/torch build has no int8 kernel, never falling back to float32.
     """
     check_kernel()
+    if getattr(bilm, "float32_released", False):
+        return
     devices = {p.device.type for p in bilm.parameters()}
     if devices != {"cpu"}:
         raise Int8Unavailable(f"int8 runs on the CPU only; this biLM is on {sorted(devices)}")
     with torch.no_grad():
-        bilm.char_encoder.int8 = Int8CharProducts(bilm.char_encoder)
-        for stack in (bilm.forward_lstm, bilm.backward_lstm):
-            for layer in stack.layers:
-                layer.int8 = Int8LstmProducts(layer)
+        for _, convert in int8_parts(bilm):
+            convert(keep_float32)
+    bilm.float32_released = not keep_float32
     bilm.token_cache.clear()
 
 
@@ -218,14 +281,25 @@ def weight_bytes(bilm) -> tuple[int, int]:
     """(float32 bytes, int8 bytes) of the weights that int8 converts (the char CNN's filters and
     embedding stay float32 in both and are not counted)."""
     enc = bilm.char_encoder
+    layers = [layer for stack in (bilm.forward_lstm, bilm.backward_lstm) for layer in stack.layers]
+    if is_quantized(bilm):  # counted from the int8 copies, whose float32 originals may be released
+        linears = [*enc.int8.highways, enc.int8.projection]
+        linears += [m for layer in layers for m in (layer.int8.input, layer.int8.recurrent, layer.int8.projection)]
+        linears = [m for m in linears if m is not None]
+        return sum(m.float32_nbytes for m in linears), sum(m.nbytes for m in linears)
     converted = [*enc.highway_carry_w, *enc.highway_transform_w, *enc.highway_carry_b, *enc.highway_transform_b]
     converted += [p for p in (enc.proj_w, enc.proj_b) if p is not None]
-    layers = [layer for stack in (bilm.forward_lstm, bilm.backward_lstm) for layer in stack.layers]
     converted += [p for layer in layers for p in (layer.W_0, layer.B, layer.W_P_0) if p is not None]
-    fp32 = sum(p.numel() * 4 for p in converted)
-    if not is_quantized(bilm):
-        return fp32, 0
-    return fp32, enc.int8.nbytes + sum(layer.int8.nbytes for layer in layers)
+    return sum(p.numel() * 4 for p in converted), 0
+
+
+def held_bytes(bilm) -> int:
+    """Bytes of weights the biLM holds: its parameters as stored, plus its int8 copies."""
+    held = sum(p.numel() * p.element_size() for p in bilm.parameters())
+    if is_quantized(bilm):
+        layers = [layer for stack in (bilm.forward_lstm, bilm.backward_lstm) for layer in stack.layers]
+        held += bilm.char_encoder.int8.nbytes + sum(layer.int8.nbytes for layer in layers)
+    return held
 
 
 def token_cosines(fp32: np.ndarray, int8: np.ndarray) -> np.ndarray:

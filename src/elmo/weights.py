@@ -14,6 +14,7 @@ from .errors import ElmoError, ModelFileError
 from .fileio import atomic_path, check_file
 from .fingerprints import model_fingerprint  # noqa: F401  (its old home, kept for imports)
 from .hdf5_files import open_hdf5
+from .int8 import check_kernel, int8_parts, quantize_bilm
 from .layout import WEIGHTS_NAME  # noqa: F401  (its old home, kept for imports)
 from .options import BiLMConfig, read_options, write_options
 
@@ -58,21 +59,27 @@ def _open_hdf5(path: str) -> h5py.File:
 
 
 def load_bilm(options_file: str | os.PathLike | BiLMConfig, weight_file: str | os.PathLike | None,
-              stateful: bool = False) -> BiLM:
+              stateful: bool = False, int8: bool = False) -> BiLM:
     """Build a BiLM from local options.json and fill it from local weights.hdf5 (or fresh weights if None).
 
     Local files only: `elmo.load_bilm` (`elmo.models.load_bilm`) also takes URLs, fetched by the resolver.
 
     Shapes are checked against the options: a missing, extra or misshapen dataset is an error that
     names the file, the dataset, and the expected and found shapes.
+
+    `int8=True`: for inference with int8 products on the CPU (`elmo.int8`), read so that the float32
+    weights that int8 replaces are never all held at once, and released (the biLM cannot be saved).
     """
     config = options_file if isinstance(options_file, BiLMConfig) else read_options(options_file)
     if weight_file is None:
-        return BiLM(config, stateful=stateful)
+        bilm = BiLM(config, stateful=stateful)
+        if int8:
+            quantize_bilm(bilm, keep_float32=False)
+        return bilm
     path = os.fspath(weight_file)
     try:
         with _open_hdf5(path) as f:
-            return _read_weights(f, path, config, stateful)
+            return _read_weights(f, path, config, stateful, int8)
     except ElmoError:  # already names the file and what is wrong
         raise
     except (OSError, RuntimeError, KeyError, ValueError, TypeError) as e:  # h5py's errors for damaged structure
@@ -80,7 +87,7 @@ def load_bilm(options_file: str | os.PathLike | BiLMConfig, weight_file: str | o
         raise ModelFileError(f"{path}: a damaged HDF5 weight file ({type(e).__name__}: {reason})") from None
 
 
-def _read_weights(f: h5py.File, path: str, config: BiLMConfig, stateful: bool) -> BiLM:
+def _read_weights(f: h5py.File, path: str, config: BiLMConfig, stateful: bool, int8: bool = False) -> BiLM:
     """The BiLM the options describe, filled from the open weight file, every dataset checked."""
     present = set(_list_datasets(f))
     rows = f["char_embed"].shape[0] if "char_embed" in present else N_CODES
@@ -109,15 +116,40 @@ def _read_weights(f: h5py.File, path: str, config: BiLMConfig, stateful: bool) -
     for name, (_, shape) in expected.items():
         if tuple(f[name].shape) != shape:
             raise ModelFileError(f"{path}: dataset '{name}' has shape {tuple(f[name].shape)}, expected {shape} from the options")
+    if int8:
+        return _read_int8(f, path, config, rows, stateful)
     bilm = BiLM(config, char_rows=rows, stateful=stateful, initialize=False)  # every parameter is read below
+    for name, (param, _) in dataset_map(bilm).items():
+        _copy_dataset(f, path, name, param)
+    return bilm
+
+
+def _copy_dataset(f: h5py.File, path: str, name: str, param: torch.Tensor) -> None:
+    data = f[name][...]
+    if not np.issubdtype(data.dtype, np.floating):
+        raise ModelFileError(f"{path}: dataset '{name}' has dtype {data.dtype}, expected float32")
+    if not np.isfinite(data).all():
+        raise ModelFileError(f"{path}: dataset '{name}' contains NaN or infinite values")
     with torch.no_grad():
-        for name, (param, shape) in dataset_map(bilm).items():
-            data = f[name][...]
-            if not np.issubdtype(data.dtype, np.floating):
-                raise ModelFileError(f"{path}: dataset '{name}' has dtype {data.dtype}, expected float32")
-            if not np.isfinite(data).all():
-                raise ModelFileError(f"{path}: dataset '{name}' contains NaN or infinite values")
-            param.copy_(torch.from_numpy(data.astype(np.float32, copy=False)).reshape(param.shape))
+        param.copy_(torch.from_numpy(data.astype(np.float32, copy=False)).reshape(param.shape))
+
+
+def _read_int8(f: h5py.File, path: str, config: BiLMConfig, rows: int, stateful: bool) -> BiLM:
+    """The biLM with int8 products and only the float32 weights that stay float32: built shape-only,
+    then one part at a time is given memory, filled from the file and converted (`int8_parts`), so
+    the float32 weights of at most one part are held at once."""
+    check_kernel()
+    with torch.device("meta"):
+        bilm = BiLM(config, char_rows=rows, stateful=stateful, initialize=False)
+    for part, convert in int8_parts(bilm):
+        part.to_empty(device="cpu", recurse=True)
+        mine = {id(p) for p in part.parameters()}
+        for name, (param, _) in dataset_map(bilm).items():
+            if id(param) in mine:
+                _copy_dataset(f, path, name, param)
+        with torch.no_grad():
+            convert(False)
+    bilm.float32_released = True
     return bilm
 
 
@@ -130,6 +162,9 @@ def save_weights(bilm: BiLM, weight_file: str | os.PathLike, float16: bool = Fal
     if bilm.config.token_input is not None:
         raise ModelFileError(f"{os.fspath(weight_file)}: this model reads its own character/word lexicons "
                              "(ELMoForManyLangs), which options.json + weights.hdf5 cannot describe; not written")
+    if getattr(bilm, "float32_released", False):
+        raise ModelFileError(f"{os.fspath(weight_file)}: this biLM was loaded for int8 inference and holds int8 "
+                             "weights only; load the model without int8 to save it; not written")
     with atomic_path(weight_file) as tmp, h5py.File(tmp, "w") as f:
         for name, (param, shape) in dataset_map(bilm).items():
             f.create_dataset(name, data=param.detach().to("cpu", torch.float16 if float16 else torch.float32).numpy().reshape(shape))
