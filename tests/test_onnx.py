@@ -138,6 +138,15 @@ def test_int8_vectors_are_close_to_float32(tmp_path, one_thread):
     assert (tmp_path / "int8.onnx").stat().st_size < 0.5 * (tmp_path / "model.onnx").stat().st_size
 
 
+def test_batches_without_tokens(tmp_path):
+    """A batch of empty sentences (0 tokens) gives empty layers, as the Embedder does; empty rows beside others."""
+    embedder = Embedder(random_bilm())
+    path = exported(embedder.bilm, tmp_path)
+    layers, mask = session(path).run(None, {"char_ids": np.zeros((2, 0, 50), np.int64)})
+    assert layers.shape == (2, 3, 0, 16) and mask.shape == (2, 0)
+    assert_matches_embedder(embedder, path, [[], ["one"], []])
+
+
 def test_the_graph_carries_no_state(tmp_path):
     import onnx
 

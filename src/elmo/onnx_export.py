@@ -183,10 +183,12 @@ def build_model(bilm: BiLM):
     config = bilm.config
     with torch.no_grad():
         shape = g.op("Shape", INPUT)
-        batch, steps = g.op("Slice", shape, g.ints([0]), g.ints([1])), g.op("Slice", shape, g.ints([1]), g.ints([2]))
-        present = g.op("Cast", g.op("Greater", INPUT, g.ints(0)), to=onnx.TensorProto.FLOAT)
+        batch, given = g.op("Slice", shape, g.ints([0]), g.ints([1])), g.op("Slice", shape, g.ints([1]), g.ints([2]))
+        ids = g.op("Pad", INPUT, g.ints([0, 0, 0, 0, 1, 0]))  # one padding token more: never 0 tokens
+        steps = g.op("Add", given, g.ints([1]))
+        present = g.op("Cast", g.op("Greater", ids, g.ints(0)), to=onnx.TensorProto.FLOAT)
         mask = g.op("ReduceMax", present, axes=[2], keepdims=0)  # (B, T) 1.0 for a token
-        flat = g.op("Reshape", INPUT, g.ints([-1, config.ids_width]))
+        flat = g.op("Reshape", ids, g.ints([-1, config.ids_width]))
         # each distinct token once (padding rows are one), as bilm.token_vectors does
         unique, _, inverse, _ = g.op("Unique", flat, outputs=4, axis=0, sorted=0)
         tokens = g.op("Gather", char_encoder_graph(g, bilm, unique), inverse, axis=0)
@@ -203,10 +205,10 @@ def build_model(bilm: BiLM):
             b = g.op("GatherElements", b, _expand_index(g, rev, b), axis=1)
             layers.append(g.op("Concat", g.op("Transpose", f_tm, perm=[1, 0, 2]), b, axis=2))
         stacked = g.op("Concat", *[g.op("Unsqueeze", layer, g.ints([1])) for layer in layers], axis=1)
-        end = g.op("Add", steps, g.ints([1]))
-        inner = g.op("Slice", stacked, g.ints([1]), end, g.ints([2]))  # drop the markers: (B, L+1, T, 2P)
-        mask4 = g.op("Unsqueeze", mask, g.ints([1, 3]))
-        g.op("Mul", inner, mask4, named=LAYERS_OUTPUT)
+        # the given tokens only: no markers, not the added padding token; (B, L+1, T, 2P)
+        inner = g.op("Slice", stacked, g.ints([1]), steps, g.ints([2]))
+        mask = g.op("Slice", mask, g.ints([0]), given, g.ints([1]))
+        g.op("Mul", inner, g.op("Unsqueeze", mask, g.ints([1, 3])), named=LAYERS_OUTPUT)
         g.op("Cast", mask, named=MASK_OUTPUT, to=onnx.TensorProto.BOOL)
     vi = onnx.helper.make_tensor_value_info
     graph = onnx.helper.make_graph(
