@@ -18,7 +18,7 @@ the cosine of the int8 vectors to the float32 ones on the first 64 sentences.
 times one matrix product at the LSTM's shapes (rows x in x out) with each candidate kernel: float32
 MKL and oneDNN (packed weight, as `LstmLayer` uses it), ours (`elmo.int8.Int8Linear`: fbgemm with
 per-row activation scales), fbgemm's plain dynamic linear (one scale per tensor: faster, but a row's
-result would depend on its batch), `torch._int_mm`, and torchao's int8 dynamic-activation linear if
+result would depend on its batch), oneDNN's dynamic int8 linear, `torch._int_mm`, and torchao's int8 dynamic-activation linear if
 torchao is installed (it is not a dependency). Median of repeated calls for about a second each.
 """
 
@@ -63,6 +63,8 @@ def kernel_candidates(rows: int, weight: torch.Tensor) -> dict:
     candidates = {"fp32 MKL": lambda x: x @ weight, "fp32 oneDNN packed": lambda x: onednn_linear(x, packed),
                   "int8 ours (fbgemm, per-row)": ours,
                   "int8 fbgemm per-tensor": lambda x: torch.ops.quantized.linear_dynamic(x, ours._packed, True)}
+    if "onednn" in torch.backends.quantized.supported_engines:  # oneDNN's int8 path (VNNI where the CPU has it)
+        candidates["int8 oneDNN per-tensor"] = _onednn_dynamic(weight)
     if rows <= 64:  # a reference loop on this build's CPU (0.2-3 GFLOP/s): 2048 rows would take minutes
         w_int8 = torch.randint(-127, 128, weight.shape, dtype=torch.int8)
         candidates["int8 torch._int_mm"] = lambda x: torch._int_mm(x.to(torch.int8), w_int8)
@@ -74,6 +76,30 @@ def kernel_candidates(rows: int, weight: torch.Tensor) -> dict:
     except ImportError:
         pass
     return candidates
+
+
+def _onednn_dynamic(weight: torch.Tensor):
+    """oneDNN's dynamic int8 linear (per-tensor activations, per-channel weights), prepacked with its engine."""
+    w = weight.t().contiguous()
+    scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-12).double()
+    before = torch.backends.quantized.engine
+    torch.backends.quantized.engine = "onednn"
+    try:
+        q = torch.quantize_per_channel(w, scale, torch.zeros(w.shape[0], dtype=torch.long), 0, torch.qint8)
+        packed = torch.ops.quantized.linear_prepack(q, None)
+    finally:
+        torch.backends.quantized.engine = before
+
+    def run(x):
+        torch.backends.quantized.engine = "onednn"
+        try:
+            return torch.ops.quantized.linear_dynamic(x, packed, True)
+        finally:
+            torch.backends.quantized.engine = before
+    return run
+
+
+MACHINE_INT8 = ("int8 fbgemm per-tensor", "int8 oneDNN per-tensor", "int8 torch._int_mm", "int8 torchao dynamic")
 
 
 def time_kernels(threads: int) -> None:
@@ -89,11 +115,13 @@ def time_kernels(threads: int) -> None:
                      for name, fn in candidates.items()}
         if names is None:
             names = list(rates)
-            print("| rows x in x out | " + " | ".join(names) + " | ours / best fp32 |")
-            print("|---|" + "---:|" * (len(names) + 1))
+            print("| rows x in x out | " + " | ".join(names) + " | ours / best fp32 | ours / best int8 of torch |")
+            print("|---|" + "---:|" * (len(names) + 2))
         best = max(rates["fp32 MKL"], rates["fp32 oneDNN packed"])
+        ours = rates["int8 ours (fbgemm, per-row)"]
+        best_int8 = max(rate for name, rate in rates.items() if name in MACHINE_INT8)
         print(f"| {rows} x {n_in} x {n_out} | " + " | ".join(f"{rates[n]:.1f}" if n in rates else "not run" for n in names)
-              + f" | x{rates['int8 ours (fbgemm, per-row)'] / best:.2f} |", flush=True)
+              + f" | x{ours / best:.2f} | {ours / best_int8:.2f} |", flush=True)
 
 
 def model_files(shape: str, work: Path) -> tuple[Path, Path]:
