@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -164,3 +165,14 @@ def embed_process(src: str, sentences: Path, out: Path, flags: list[str], thread
     seconds, _, err = timed_process(cmd, code_env(src, threads))
     out.unlink()
     return {"process_s": seconds, "peak_rss_mb": json.loads(err.strip().splitlines()[-1])["peak_rss_mb"]}
+
+
+def machine() -> str:
+    """The CPU's model name, cores and torch's CPU capability, for the header of a results table."""
+    name = platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            name = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), name)
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} cores, {torch.backends.cpu.get_cpu_capability()}"

@@ -13,13 +13,19 @@ published ELMo's shapes with random weights (`torch.manual_seed(0)`, as benchmar
 reported: the weights that int8 converts, in float32 and in int8 (`elmo.int8.weight_bytes`), and
 the cosine of the int8 vectors to the float32 ones on the first 64 sentences.
 
+    python benchmarks/int8_speed.py --process --shapes original --threads 2 --sentences 400 --passes 3 \\
+        --before OLD/src --out benchmarks/results/int8-process-cpu.json
+
+times whole `elmo embed` processes (start-up included), float32 and int8, on old and new code in turn
+(`git archive <commit> src | tar -x -C DIR` makes an old code's folder), with each process's own peak RSS.
+
     python benchmarks/int8_speed.py --kernels [--threads 1]
 
 times one matrix product at the LSTM's shapes (rows x in x out) with each candidate kernel: float32
 MKL and oneDNN (packed weight, as `LstmLayer` uses it), ours (`elmo.int8.Int8Linear`: fbgemm with
 per-row activation scales), fbgemm's plain dynamic linear (one scale per tensor: faster, but a row's
-result would depend on its batch), oneDNN's dynamic int8 linear, `torch._int_mm`, and torchao's int8 dynamic-activation linear if
-torchao is installed (it is not a dependency). Median of repeated calls for about a second each.
+result would depend on its batch), oneDNN's dynamic int8 linear, `torch._int_mm`, and torchao's int8
+dynamic-activation linear if torchao is installed (it is not a dependency). Median of repeated calls for about a second each.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -34,7 +41,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from benchlib import HERE, SENTENCES, SPEED_WORKER, random_model, run_json, save_results, write_sentences
+from benchlib import (HERE, REPO, SENTENCES, SPEED_WORKER, embed_process, machine, random_model, run_json,
+                      save_results, write_sentences)
 
 from elmo import load_bilm
 from elmo.int8 import Int8Linear, quantize_bilm, token_cosines, weight_bytes
@@ -124,6 +132,52 @@ def time_kernels(threads: int) -> None:
               + f" | x{ours / best:.2f} | {ours / best_int8:.2f} |", flush=True)
 
 
+def time_processes(args, work: Path) -> dict:
+    """Whole `elmo embed` processes (start-up included), float32 and int8, on each code in turn (old and new
+    alternating, --passes turns); medians of wall time and of each process's own peak RSS."""
+    sentence_file, lines = write_sentences(work, args.sentences)
+    codes = {Path(src).resolve().parent.name: str(Path(src).resolve()) for src in args.before}
+    codes["new"] = str(REPO / "src")
+    results = {"machine": machine(),
+               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
+               "sentences": len(lines), "tokens": sum(len(line.split()) for line in lines), "passes": args.passes,
+               "batch_size": args.batch_size, "codes": codes, "rows": []}
+    for shape in [s for s in args.shapes.split(",") if s]:
+        options, weights = model_files(shape, work)
+        for threads in [int(t) for t in args.threads.split(",")]:
+            runs: dict[tuple[str, str], list[dict]] = {}
+            for _ in range(args.passes):
+                for label, src in codes.items():
+                    for precision, flags in (("fp32", []), ("int8", ["--int8"])):
+                        flags = ["--options", str(options), "--weights", str(weights), "--all",
+                                 "--batch-size", str(args.batch_size), *flags]
+                        got = embed_process(src, sentence_file, work / "out.hdf5", flags, threads)
+                        runs.setdefault((label, precision), []).append(got)
+            for label in codes:
+                row = {"shape": shape, "threads": threads, "code": label}
+                for precision in ("fp32", "int8"):
+                    got = runs[(label, precision)]
+                    row[precision] = {key: statistics.median(r[key] for r in got) for key in ("process_s", "peak_rss_mb")}
+                    row[precision]["all_s"] = [round(r["process_s"], 2) for r in got]
+                row["speedup"] = row["fp32"]["process_s"] / row["int8"]["process_s"]
+                row["rss_ratio"] = row["int8"]["peak_rss_mb"] / row["fp32"]["peak_rss_mb"]
+                results["rows"].append(row)
+                print(json.dumps(row), flush=True)
+    return results
+
+
+def process_table(results: dict) -> str:
+    lines = [f"{results['machine']}; {results['date']}; torch {results['torch']}; {results['sentences']} sentences "
+             f"({results['tokens']:,} tokens), batch {results['batch_size']}, medians of {results['passes']} turns\n",
+             "| shape | threads | code | fp32 process s | int8 process s | int8 speed-up | fp32 peak RSS MB | "
+             "int8 peak RSS MB | int8 / fp32 RSS |", "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in results["rows"]:
+        lines.append(f"| {r['shape']} | {r['threads']} | {r['code']} | {r['fp32']['process_s']:.1f} | "
+                     f"{r['int8']['process_s']:.1f} | x{r['speedup']:.2f} | {r['fp32']['peak_rss_mb']:,.0f} | "
+                     f"{r['int8']['peak_rss_mb']:,.0f} | {r['rss_ratio']:.2f} |")
+    return "\n".join(lines)
+
+
 def model_files(shape: str, work: Path) -> tuple[Path, Path]:
     """options.json and weights.hdf5 of a shape: the bundled model's own, or random weights (seed 0)."""
     if shape == "bundled":
@@ -150,7 +204,18 @@ def main() -> None:
     p.add_argument("--out", default=str(HERE / "results" / "int8-speed-cpu.json"))
     p.add_argument("--render", metavar="JSON", help="measure nothing: print the table of a results file")
     p.add_argument("--kernels", action="store_true", help="time one product per kernel at the LSTM's shapes instead")
+    p.add_argument("--process", action="store_true",
+                   help="time whole `elmo embed` processes (start-up included) instead, fp32 and int8, old and new code")
+    p.add_argument("--before", action="append", default=[], help="with --process: an older code's src/ folder")
     args = p.parse_args()
+    if args.process:
+        if args.render:
+            print(process_table(json.loads(Path(args.render).read_text())))
+            return
+        results = time_processes(args, Path(tempfile.mkdtemp(prefix="elmo-int8-process-")))
+        save_results(results, Path(args.out))
+        print(process_table(results))
+        return
     if args.kernels:
         for threads in [int(t) for t in args.threads.split(",")]:
             time_kernels(threads)

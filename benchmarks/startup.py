@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchlib import PEAK_RSS_MB, REPO, code_env, embed_process, random_model, save_results, timed_process, write_sentences
+from benchlib import (PEAK_RSS_MB, REPO, code_env, embed_process, machine, random_model, save_results, timed_process,
+                      write_sentences)
 
 STAGES = """
 import json, sys, time
@@ -116,7 +114,7 @@ def main() -> None:
         models = {"bundled": (bundled.options_file, bundled.weight_file),
                   "original": random_model("original", work / "original")}
         sentences, _ = write_sentences(work, 400)
-        results = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        results = {"machine": machine(),
                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": __import__("torch").__version__,
                    "pairs": args.pairs, "codes": codes}
         results["stages"] = stages(codes, models, args.pairs)
