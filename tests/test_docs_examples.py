@@ -10,6 +10,9 @@ one thread. It passes when it exits 0. An example that cannot run here says so o
     <!-- example: skip needs the network (downloads the 374 MB `original` model) -->
     <!-- example: slow -->                     (runs, but only where slow tests run: CI, not `-m "not slow"`)
     <!-- example: tested-by tests/test_x.py --> (run, with its output checked, by that test)
+
+An example that repeats an earlier one word for word runs once. One that is still running after 3 minutes (10 if
+slow) is ended, with everything it started, and fails.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -31,6 +35,7 @@ KINDS = ("skip", "slow", "tested-by")
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]*)")
 LINKED = ("examples", "scripts", "benchmarks", "src", "tests", "docs", "pyproject.toml")
 SAMPLE_INPUTS = ("corpus.txt", "sentences.txt", "in.txt", "docs.txt")
+LIMIT_S, SLOW_LIMIT_S = 180, 600  # an example still running then is a server or hours of work: it needs a marker
 
 
 def pages() -> list[Path]:
@@ -86,7 +91,16 @@ def examples_in(text: str, page: str) -> list[Example]:
 
 
 def all_examples() -> list[Example]:
-    return [e for path in pages() for e in examples_in(path.read_text(encoding="utf-8"), str(path.relative_to(REPO)))]
+    """Every page's examples; an example whose code repeats an earlier one (the README's Python API tour on the
+    Python API page) runs once, where it first appears."""
+    found, first = [], {}
+    for path in pages():
+        for e in examples_in(path.read_text(encoding="utf-8"), str(path.relative_to(REPO))):
+            if e.kind is None and e.code in first:
+                e = Example(e.page, e.line, e.language, e.code, "same-as", first[e.code])
+            first.setdefault(e.code, e.name)
+            found.append(e)
+    return found
 
 
 def as_param(example: Example):
@@ -95,6 +109,8 @@ def as_param(example: Example):
         marks.append(pytest.mark.skip(reason=f"{example.name}: {example.reason}"))
     elif example.kind == "tested-by":
         marks.append(pytest.mark.skip(reason=f"{example.name}: run by {example.reason}"))
+    elif example.kind == "same-as":
+        marks.append(pytest.mark.skip(reason=f"{example.name}: the same code as {example.reason}, run there"))
     elif example.kind == "slow":
         marks.append(pytest.mark.slow)
     return pytest.param(example, id=example.name, marks=marks)
@@ -116,7 +132,7 @@ def test_the_collector_reads_fences_markers_and_prompts():
 def test_every_marker_is_known_and_says_why():
     """A misspelt marker would silently run (or not skip) an example; a skip without a reason hides why."""
     bad = [f"{e.name}: {e.kind} {e.reason!r}" for e in EXAMPLES
-           if e.kind is not None and (e.kind not in KINDS or (e.kind != "slow" and not e.reason))]
+           if e.kind not in (None, "same-as") and (e.kind not in KINDS or (e.kind != "slow" and not e.reason))]
     assert bad == [], f"markers are `<!-- example: {' | '.join(KINDS)} REASON -->`"
     named = [e for e in EXAMPLES if e.kind == "tested-by"]
     assert all((REPO / e.reason.split()[0]).is_file() for e in named), [e.reason for e in named]
@@ -152,8 +168,33 @@ def test_example(example: Example, checkout: Path):
     if "../shared" in example.code and not SHARED.is_dir():
         pytest.skip(f"needs ../shared (the project's fixtures and data beside the checkout; "
                     "python scripts/get_test_data.py fetches them)")
+    limit = SLOW_LIMIT_S if example.kind == "slow" else LIMIT_S
+    returncode, out, err = run_example(example, checkout, limit)
+    assert returncode == 0, f"{example.name} exited {returncode}:\n{out[-1500:]}\n{err[-3000:]}"
+
+
+def run_example(example: Example, root: Path, limit: float) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of the example run in `root`; past `limit` seconds it is ended, with all it
+    started (its own session), and the test fails saying how to mark it."""
     command = [sys.executable, "-c", example.code] if example.language == "python" else \
         ["bash", "-e", "-o", "pipefail", "-c", example.code]
-    done = subprocess.run(command, cwd=checkout, env=example_env(checkout), capture_output=True, text=True,
-                          timeout=900, stdin=subprocess.DEVNULL)
-    assert done.returncode == 0, f"{example.name} exited {done.returncode}:\n{done.stdout[-1500:]}\n{done.stderr[-3000:]}"
+    with subprocess.Popen(command, cwd=root, env=example_env(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          stdin=subprocess.DEVNULL, text=True, start_new_session=True) as run:
+        try:
+            out, err = run.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.communicate()
+            pytest.fail(f"{example.name} still ran after {limit} s (a server, or hours of work?): mark it "
+                        "`<!-- example: skip REASON -->`, or `<!-- example: slow -->` if it ends within 10 minutes")
+    return run.returncode, out, err
+
+
+def test_an_example_that_does_not_end_is_ended_with_what_it_started(tmp_path):
+    pid_file = tmp_path / "server.pid"
+    server = Example("p.md", 1, "shell", f"sleep 60 & echo $! > {pid_file}; wait\n")
+    with pytest.raises(pytest.fail.Exception, match=r"p.md:1 still ran after 1 s .*example: skip"):
+        run_example(server, tmp_path, limit=1)
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):  # the background `sleep` is gone too
+        os.kill(pid, 0)
