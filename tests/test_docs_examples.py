@@ -166,7 +166,7 @@ def example_env(root: Path) -> dict:
 @pytest.mark.parametrize("example", [as_param(e) for e in EXAMPLES])
 def test_example(example: Example, checkout: Path):
     if "../shared" in example.code and not SHARED.is_dir():
-        pytest.skip(f"needs ../shared (the project's fixtures and data beside the checkout; "
+        pytest.skip("needs ../shared (the project's fixtures and data beside the checkout; "
                     "python scripts/get_test_data.py fetches them)")
     limit = SLOW_LIMIT_S if example.kind == "slow" else LIMIT_S
     returncode, out, err = run_example(example, checkout, limit)

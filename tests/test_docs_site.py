@@ -48,3 +48,17 @@ def test_the_api_reference_is_generated_from_the_docstrings(site):
 
     first_line = elmo.Embedder.__doc__.strip().splitlines()[0]
     assert re.sub(r"`", "", first_line)[:40] in re.sub(r"<[^>]+>", "", page).replace("&#39;", "'")
+
+
+def test_the_readmes_links_into_the_site_resolve():
+    """The README is not a page of the site (mkdocs checks those): its own links to files and anchors, checked here."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\((?!https?://)([^)#\s]+)(?:#([^)\s]+))?\)", readme)
+    assert len(links) > 20
+    broken = [path for path, _ in links if not (REPO / path).exists()]
+    assert broken == []
+    for path, anchor in links:
+        if anchor and path.endswith(".md"):
+            headings = re.findall(r"^#+ (.+)$", (REPO / path).read_text(encoding="utf-8"), flags=re.M)
+            slugs = {re.sub(r"[^\w\- ]", "", h.lower()).strip().replace(" ", "-") for h in headings}
+            assert anchor in slugs, f"{path}#{anchor}"

@@ -7,7 +7,6 @@ small id means a frequent token.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Iterable
 
