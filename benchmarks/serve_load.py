@@ -6,8 +6,8 @@
 
 For each shape and mode, one `elmo serve --threads 1` process: `batched` with its defaults
 (--max-batch-tokens 4096 --max-wait-ms 5), `one per call` with --max-batch-tokens 1 (every model call
-runs one request). Against it, for each concurrency C, C clients in this process (asyncio + httpx, one
-connection each) send `POST /v1/embeddings` with one line of ../shared/data/wiki_corpus/valid.txt each
+runs one request). Against it, for each concurrency C, C clients in this process (asyncio streams, one
+keep-alive connection each) send `POST /v1/embeddings` with one line of ../shared/data/wiki_corpus/valid.txt each
 (in turn, each client its own lines), back to back, for --seconds after a warm-up; requests begun by then
 are waited for. Reported: requests/s and tokens/s (completed over the time to the last answer), p50 and
 p99 latency, answers other than 200, the server's peak RSS, and the CPU seconds the clients took (they
@@ -44,10 +44,11 @@ def start_server(shape: str, work: Path, mode_flags: list[str]) -> tuple[subproc
             random_model(shape, directory)
         model = ["--options", str(directory / "options.json"), "--weights", str(directory / "weights.hdf5")]
     cmd = [sys.executable, "-m", "elmo", "serve", *model, "--port", "0", "--threads", "1", *mode_flags]
-    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=HERE.parent)
+    log = open(work / f"server-{shape}-{len(list(work.glob('server-*')))}.log", "w")  # read if it fails
+    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, cwd=HERE.parent)
     line = server.stdout.readline()
     if " at " not in line:
-        sys.exit(f"the server did not start: {server.stderr.read()[-2000:]}")
+        sys.exit(f"the server did not start: see {log.name}")
     return server, line.split(" at ")[1].split()[0].rstrip("/")
 
 
@@ -55,37 +56,64 @@ def peak_rss_mb(pid: int) -> float:
     return [int(x.split()[1]) for x in open(f"/proc/{pid}/status") if x.startswith("VmHWM")][0] / 1024
 
 
+class Connection:
+    """One keep-alive HTTP/1.1 connection on asyncio streams: a load generator's client, a fraction of a
+    millisecond of CPU per request (httpx took about 10 ms here, on the core the server shares)."""
+
+    def __init__(self, url: str):
+        self.host, self.port = url.removeprefix("http://").rsplit(":", 1)
+        self.reader = self.writer = None
+
+    async def post(self, path: str, payload: dict) -> tuple[int, bytes]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, int(self.port))
+        body = json.dumps(payload).encode()
+        self.writer.write(f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+                          f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        length = int(next(line.split(b":")[1] for line in head.lower().split(b"\r\n") if line.startswith(b"content-length")))
+        answer = await self.reader.readexactly(length)
+        if b"connection: close" in head.lower():
+            self.writer.close()
+            self.writer = None
+        return status, answer
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
 async def load(url: str, lines: list[str], concurrency: int, seconds: float, warmup: int = 4) -> dict:
-    import httpx
+    warm = Connection(url)
+    for line in lines[:warmup]:
+        assert (await warm.post("/v1/embeddings", {"input": line}))[0] == 200
+    warm.close()
+    latencies, tokens, failures = [], [], 0
+    start = time.perf_counter()
+    deadline = start + seconds
+    last = start
 
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(limits=limits, timeout=600, trust_env=False) as client:
-        for line in lines[:warmup]:
-            (await client.post(url + "/v1/embeddings", json={"input": line})).raise_for_status()
-        latencies, tokens, failures = [], [], 0
-        start = time.perf_counter()
-        deadline = start + seconds
-        last = start
+    async def user(k: int) -> None:
+        nonlocal failures, last
+        connection, i = Connection(url), k
+        while time.perf_counter() < deadline:
+            line = lines[i % len(lines)]
+            i += concurrency
+            sent = time.perf_counter()
+            status, answer = await connection.post("/v1/embeddings", {"input": line})
+            done = time.perf_counter()
+            if status != 200:
+                failures += 1
+                continue
+            latencies.append(done - sent)
+            tokens.append(json.loads(answer)["usage"]["prompt_tokens"])
+            last = max(last, done)
+        connection.close()
 
-        async def user(k: int) -> None:
-            nonlocal failures, last
-            i = k
-            while time.perf_counter() < deadline:
-                line = lines[i % len(lines)]
-                i += concurrency
-                sent = time.perf_counter()
-                response = await client.post(url + "/v1/embeddings", json={"input": line})
-                done = time.perf_counter()
-                if response.status_code != 200:
-                    failures += 1
-                    continue
-                latencies.append(done - sent)
-                tokens.append(response.json()["usage"]["prompt_tokens"])
-                last = max(last, done)
-
-        cpu = resource.getrusage(resource.RUSAGE_SELF)
-        await asyncio.gather(*(user(k) for k in range(concurrency)))
-        cpu_after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = resource.getrusage(resource.RUSAGE_SELF)
+    await asyncio.gather(*(user(k) for k in range(concurrency)))
+    cpu_after = resource.getrusage(resource.RUSAGE_SELF)
     elapsed = last - start
     return {"requests": len(latencies), "failures": failures, "seconds": elapsed,
             "requests_per_s": len(latencies) / elapsed, "tokens_per_s": sum(tokens) / elapsed,

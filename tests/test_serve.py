@@ -224,7 +224,7 @@ def test_sigterm_finishes_the_request_in_flight(model_args, tmp_path):
         server.send_signal(signal.SIGTERM)
         client.join(30)
         assert answers and answers[0].status_code == 200 and answers[0].json()["data"][0]["embedding"]
-        assert server.wait(30) in (0, -signal.SIGTERM)
+        assert server.wait(30) == 0  # the command ends normally, its worker processes shut down
     finally:
         if server.poll() is None:
             os.kill(server.pid, signal.SIGKILL)

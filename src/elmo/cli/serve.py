@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import signal
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
-from ..errors import InputError
+from ..errors import InputError, ModelFileError
 from . import add_model_flags
 from .lab import bind, positive
 
@@ -63,34 +67,42 @@ def run(args: argparse.Namespace) -> int:
         from ..lab.hosts import host_names
         from ..lab.server import ServerLimits, make_server
         from ..serve.api import ServeLimits
-        from ..serve.app import create_app
+        from ..serve.app import ModelShape, create_app
     except ImportError as e:
         raise InputError(f"elmo serve needs its extra ({e.name} is missing): pip install 'elmo-bilm[serve]'") from e
-    import torch
-
-    from ..embedder import Embedder
+    from ..embed_file import OutputSpec
+    from ..embedder import check_int8_choice
     from ..models import resolve
+    from ..serve import worker
 
     layers = check_args(args)
     hosts = host_names(args.host, args.allowed_host)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    model = resolve(args.model, args.options, args.weights)
-    embedder = Embedder.from_model(model, int8=args.int8)
-    limits = ServeLimits(args.max_body_bytes, max_request_tokens=args.max_request_tokens,
-                         max_queue_tokens=args.max_queue_tokens)
-    name = model.name if getattr(model, "name", None) else str(args.model or "default")
-    app = create_app(embedder, name, layers, limits, allowed_hosts=hosts, max_batch_tokens=args.max_batch_tokens,
-                     max_wait_ms=args.max_wait_ms, workers=args.workers)
+    check_int8_choice(args.int8, "cpu", False)
+    model = resolve(args.model, args.options, args.weights)  # downloads once, here; the workers get local files
+    name = getattr(model, "name", None) or str(args.model or "default")
     sock = bind(args.host, args.port)
-    host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in host else host
-    print(f"elmo serve: {name} at http://{shown}:{port}/  (POST /v1/embeddings, /embed; SIGTERM or Ctrl+C to stop)",
-          flush=True)
-    server = make_server(app, ServerLimits(args.header_timeout, args.max_connections))
+    executor = ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=worker.start, initargs=(model, args.int8, args.threads))
     try:
-        server.run(sockets=[sock])  # uvicorn: on SIGTERM/SIGINT it stops accepting and finishes what is in flight
+        try:
+            shape = ModelShape(*executor.submit(worker.describe).result())
+        except BrokenProcessPool as e:  # the worker's initializer failed; its traceback is on stderr above
+            raise ModelFileError(f"{name}: the model could not be loaded in a worker process (its error is "
+                                 "printed above)") from e
+        if layers is not None:
+            OutputSpec("all", layers).check_model(shape.num_layers)
+        limits = ServeLimits(args.max_body_bytes, max_request_tokens=args.max_request_tokens,
+                             max_queue_tokens=args.max_queue_tokens)
+        app = create_app(shape, name, layers, limits, allowed_hosts=hosts, max_batch_tokens=args.max_batch_tokens,
+                         max_wait_ms=args.max_wait_ms, workers=args.workers, compute=worker.compute, executor=executor)
+        host, port = sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        print(f"elmo serve: {name} at http://{shown}:{port}/  (POST /v1/embeddings, /embed; SIGTERM or Ctrl+C to "
+              "stop)", flush=True)
+        # uvicorn stops on SIGTERM (no new connections, the requests in flight answered), then raises the signal
+        # again for the handler found before it: this one lets the command end normally, its workers shut down.
+        signal.signal(signal.SIGTERM, lambda *_: None)
+        make_server(app, ServerLimits(args.header_timeout, args.max_connections)).run(sockets=[sock])
     finally:
-        app.state.batcher.close()
+        executor.shutdown(wait=True, cancel_futures=True)
     return 0
-

@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection, Sequence
-from dataclasses import asdict
+from concurrent.futures import Executor
+from dataclasses import asdict, dataclass
 
 import numpy as np
 from starlette.applications import Starlette
@@ -21,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..embed_file import OutputSpec
 from ..embedder import Embedder
 from ..errors import ElmoError
 from ..lab.app import read_json
@@ -35,31 +37,46 @@ log = logging.getLogger("elmo.serve")
 
 
 def embedder_compute(embedder: Embedder, batch_size: int = 64):
-    """The batcher's `compute`: every sentence of a batch from zero state, sorted by length inside."""
+    """The batcher's `compute` in this process: every sentence of a batch from zero state, sorted by length."""
     def compute(sentences: list[Sequence[str]]) -> list[np.ndarray]:
         return list(embedder.embed_sentences(sentences, layers="all", batch_size=batch_size))
     return compute
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the app needs to know of a model that runs elsewhere (worker processes)."""
+
+    num_layers: int
+    dim: int
+
+    @classmethod
+    def of(cls, embedder: Embedder) -> ModelShape:
+        if embedder.stateful:
+            raise LabInputError("elmo serve runs stateless models only: each request's vectors must not depend "
+                                "on others")
+        return cls(embedder.bilm.num_layers, embedder.bilm.output_dim())
 
 
 def error(message: str, status: int, kind: str = "invalid_request_error", headers: dict | None = None) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status, headers=headers)
 
 
-def create_app(embedder: Embedder, model_name: str, layers: tuple[int, ...] | None = None,
+def create_app(model: Embedder | ModelShape, model_name: str, layers: tuple[int, ...] | None = None,
                limits: ServeLimits = ServeLimits(), batcher: Batcher | None = None,
                allowed_hosts: Collection[str] = LOOPBACK, max_batch_tokens: int = 4096, max_wait_ms: float = 5.0,
-               workers: int = 1):
-    """The ASGI app serving `embedder` (stateless) under `model_name`; `layers`: the layer numbers the
-    answers use (None: all), checked against the model here."""
-    if embedder.stateful:
-        raise LabInputError("elmo serve runs stateless models only: each request's vectors must not depend on others")
+               workers: int = 1, compute=None, executor: Executor | None = None):
+    """The ASGI app serving `model` under `model_name`: an `Embedder` (stateless) run in threads of this
+    process, or the shape of one that `compute` runs in `executor` (the command's worker processes).
+    `layers`: the layer numbers the answers use (None: all), checked against the model here."""
+    shape = model if isinstance(model, ModelShape) else ModelShape.of(model)
     if layers is not None:
-        embedder.layer_view(list(layers))  # an InputError naming the model's layers
+        OutputSpec("all", tuple(layers)).check_model(shape.num_layers)
     metrics = Metrics()
-    batcher = batcher or Batcher(embedder_compute(embedder), max_batch_tokens, max_wait_ms, workers,
-                                 limits.max_queue_tokens, on_batch=metrics.observe_batch)
+    batcher = batcher or Batcher(compute or embedder_compute(model), max_batch_tokens, max_wait_ms, workers,
+                                 limits.max_queue_tokens, on_batch=metrics.observe_batch, executor=executor)
     info = {"status": "ok", "model": model_name, "layers": list(layers) if layers else None,
-            "num_layers": embedder.bilm.num_layers, "dim": embedder.bilm.output_dim(),
+            "num_layers": shape.num_layers, "dim": shape.dim,
             "batching": {"max_batch_tokens": batcher.max_batch_tokens, "max_wait_ms": batcher.max_wait * 1000,
                          "workers": batcher.workers}, "limits": asdict(limits)}
 

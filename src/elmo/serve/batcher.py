@@ -19,11 +19,12 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
+SETTLE_TURNS = 8  # event-loop turns a request takes from readable socket to the line (read, parse, handler)
 Compute = Callable[[list[Sequence[str]]], list[np.ndarray]]  # sentences -> one (L+1, n, D) array each
 
 
@@ -56,10 +57,12 @@ class BatchRecord:
 
 
 class Batcher:
-    """Runs `compute` on batches of concurrent requests, `workers` calls at a time (threads)."""
+    """Runs `compute` on batches of concurrent requests, `workers` calls at a time, in `executor` (the
+    command's worker processes, serve/worker.py) or else in threads."""
 
     def __init__(self, compute: Compute, max_batch_tokens: int = 4096, max_wait_ms: float = 5.0, workers: int = 1,
-                 max_queue_tokens: int = 65_536, on_batch: Callable[[BatchRecord], None] | None = None):
+                 max_queue_tokens: int = 65_536, on_batch: Callable[[BatchRecord], None] | None = None,
+                 executor: Executor | None = None):
         if max_batch_tokens < 1 or max_wait_ms < 0 or workers < 1 or max_queue_tokens < 1:
             raise ValueError("max_batch_tokens, workers and max_queue_tokens must be >= 1 and max_wait_ms >= 0, found "
                              f"{max_batch_tokens}, {workers}, {max_queue_tokens}, {max_wait_ms}")
@@ -74,7 +77,7 @@ class Batcher:
         self._arrival: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="elmo-serve")
+        self._pool = executor or ThreadPoolExecutor(workers, thread_name_prefix="elmo-serve")
 
     def retry_after(self) -> int:
         ahead = self.queued_tokens + self.running_tokens
@@ -111,7 +114,15 @@ class Batcher:
                 await self._run(batch)
 
     async def _fill(self) -> None:
-        """Wait for more requests while the line holds less than a batch and its oldest may still wait."""
+        """Wait for more requests while the line holds less than a batch: first those already on their way
+        (sent while the model ran, their bytes read by the event loop once it gets a turn: the worker yields
+        until the line stops growing), then any more while its oldest may still wait."""
+        while self.queued_tokens < self.max_batch_tokens:
+            before = len(self.line)
+            for _ in range(SETTLE_TURNS):
+                await asyncio.sleep(0)
+            if len(self.line) == before:
+                break
         while self.line and self.queued_tokens < self.max_batch_tokens:
             left = self.line[0].arrived + self.max_wait - time.monotonic()
             if left <= 0:
@@ -162,4 +173,4 @@ class Batcher:
     def close(self) -> None:
         for task in self._tasks:
             task.cancel()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown(wait=True, cancel_futures=True)
