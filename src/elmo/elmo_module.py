@@ -17,7 +17,6 @@ from .int8 import quantize_bilm
 from .models import load_bilm, resolve
 from .scalar_mix import ScalarMix
 
-
 MAX_REPRESENTATIONS = 1000  # far above any task's need; 10**6 mixes took two minutes and 7.6 GB to build
 
 

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from ..errors import ModelFileError
 from ..layout import model_dir_in
 from .allennlp_cache import find_in_allennlp_cache
-from .archives import ARCHIVE_SUFFIXES, check_model_loads, extract_archive, is_archive_name, model_budget
+from .archives import ARCHIVE_SUFFIXES, check_model_loads, is_archive_name, model_budget
 from .cache import CacheEntry
 from .catalog import PublishedModel
 from .download import entry_lock, unpack_entry

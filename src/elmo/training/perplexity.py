@@ -38,7 +38,7 @@ def load_for_scoring(model: str | os.PathLike, vocab_file: str | os.PathLike | N
     try:
         return load_model_dir(files, vocab_file)
     except (InputError, ModelFileError) as e:
-        raise _named_as_given(e, os.fspath(model), files.options_file.parent) from None
+        raise _named_as_given(e, str(resolved.name), files.options_file.parent) from None
 
 
 def _named_as_given(error: InputError | ModelFileError, given: str, folder: Path) -> ElmoError:
