@@ -895,3 +895,18 @@ def test_an_archive_member_with_an_unsupported_compression_method_is_one_line(
             assert "compression method is not supported" in one_line(err.strip()), err
         assert main(["download", server.url("/m.zip")]) == 2
         assert "compression method is not supported" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda e: list(e.embed_sentences(None)), "sentences must be an iterable of tokenized sentences"),
+    (lambda e: list(e.embed_sentences(5)), "found int"),
+    (lambda e: list(e.embed_sentences("a b")), "found str 'a b'"),
+    (lambda e: list(e.embed_sentences([["a"]], layers=7)), "layers must be one of"),
+    (lambda e: list(e.embed_sentences([["a"]], layers=None)), "found None"),
+])
+def test_the_embedder_names_sentences_and_layers_that_are_not_lists(allennlp_dir, call, needle):
+    import elmo
+
+    embedder = elmo.Embedder.from_files(allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5")
+    with pytest.raises(elmo.errors.InputError, match=needle):
+        call(embedder)

@@ -174,6 +174,9 @@ class Embedder:
 
         Reads the input lazily, a window of batches at a time, so memory stays bounded.
         """
+        if isinstance(sentences, (str, bytes)) or not isinstance(sentences, Iterable):
+            raise InputError(f"sentences must be an iterable of tokenized sentences (lists of str), found "
+                             f"{type(sentences).__name__} {str(sentences)[:40]!r}")
         view = self.layer_view(layers)
         batch_size = self.batch_size if batch_size is None else check_batch_size(batch_size)
         return self._embed_lazily(sentences, view, batch_size)
@@ -184,6 +187,8 @@ class Embedder:
             if layers not in LAYER_CHOICES:
                 raise InputError(f"layers must be one of {LAYER_CHOICES} or a list of layer numbers, found {layers!r}")
             return functools.partial(select_layers, choice=layers)
+        if isinstance(layers, bytes) or not isinstance(layers, Iterable):
+            raise InputError(f"layers must be one of {LAYER_CHOICES} or a list of layer numbers, found {layers!r}")
         picked = list(layers)
         n = self.bilm.num_layers
         if not picked or len(set(picked)) != len(picked) or not all(
