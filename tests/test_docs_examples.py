@@ -2,8 +2,8 @@
 
 A fenced block in python, bash, sh, shell or console is an example. It runs in a fresh process, in a scratch
 copy of the checkout's layout (examples/, scripts/, benchmarks/, src/, tests/, docs/ linked in; `../shared`
-beside it when there is one; corpus.txt, sentences.txt, in.txt and docs.txt holding examples/sentences.txt, for
-the examples that embed "your" file), with the network closed to it (ELMO_OFFLINE=1, HF_HUB_OFFLINE=1) and
+beside it when there is one; corpus.txt, sentences.txt, in.txt, docs.txt and heldout.txt holding
+examples/sentences.txt, for the examples that read "your" file), with the network closed to it (ELMO_OFFLINE=1, HF_HUB_OFFLINE=1) and
 one thread. It passes when it exits 0. An example that cannot run here says so on the line above its fence
 (docs/examples.md), in an HTML comment that neither GitHub nor the site shows:
 
@@ -34,7 +34,7 @@ MARKER = re.compile(r"^\s*<!--\s*example:\s*(?P<kind>[\w-]+)\s*(?P<reason>.*?)\s
 KINDS = ("skip", "slow", "tested-by")
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]*)")
 LINKED = ("examples", "scripts", "benchmarks", "src", "tests", "docs", "pyproject.toml")
-SAMPLE_INPUTS = ("corpus.txt", "sentences.txt", "in.txt", "docs.txt")
+SAMPLE_INPUTS = ("corpus.txt", "sentences.txt", "in.txt", "docs.txt", "heldout.txt")
 LIMIT_S, SLOW_LIMIT_S = 180, 600  # an example still running then is a server or hours of work: it needs a marker
 
 
@@ -125,7 +125,8 @@ def test_the_collector_reads_fences_markers_and_prompts():
             "```text\nnot code\n```\n\n<!-- example: slow -->\n\n~~~sh\nsleep 0\n~~~\n")
     found = examples_in(text, "p.md")
     assert [(e.line, e.language, e.kind, e.reason) for e in found] == [
-        (4, "shell", "skip", "needs a GPU"), (8, "python", None, ""), (14, "shell", None, ""), (25, "shell", "slow", "")]
+        (4, "shell", "skip", "needs a GPU"), (8, "python", None, ""), (14, "shell", None, ""),
+        (25, "shell", "slow", "")]
     assert found[0].code == "elmo embed a b --device cuda\n" and found[2].code == "elmo models\n"
 
 

@@ -205,7 +205,7 @@ def test_the_input_of_elmo_embed_has_one_home():
     assert "elmo.embed_input" in graph["elmo.embed_file"] and "elmo.embed_input" in graph["elmo.embed_corpus"]
     assert graph["elmo.embed_input"].isdisjoint({"elmo.embed_file", "elmo.embed_corpus"})
     tree = ast.parse((SRC / "elmo" / "embed_corpus.py").read_text(encoding="utf-8"))
-    from_embed_file = {a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module == "embed_file"
-                       for a in node.names}
+    from_embed_file = {a.name for node in ast.walk(tree)
+                       if isinstance(node, ast.ImportFrom) and node.module == "embed_file" for a in node.names}
     assert from_embed_file and from_embed_file.isdisjoint({"LineLimits", "EmbedInput", "check_input", "input_state",
                                                            "check_unchanged", "count_tokens"})
