@@ -3,6 +3,7 @@
     python benchmarks/serve_load.py --shapes bundled,original --concurrency 1,8,64 \\
         --out benchmarks/results/serve-load-cpu.json
     python benchmarks/serve_load.py --render benchmarks/results/serve-load-cpu.json
+    python benchmarks/serve_load.py --model-alone --out benchmarks/results/serve-model-alone-cpu.json
 
 For each shape and mode, one `elmo serve --threads 1` process: `batched` with its defaults
 (--max-batch-tokens 4096 --max-wait-ms 5), `one per call` with --max-batch-tokens 1 (every model call
@@ -10,7 +11,8 @@ runs one request). Against it, for each concurrency C, C clients in this process
 keep-alive connection each) send `POST /v1/embeddings` with one line of ../shared/data/wiki_corpus/valid.txt each
 (in turn, each client its own lines), back to back, for --seconds after a warm-up; requests begun by then
 are waited for. Reported: requests/s and tokens/s (completed over the time to the last answer), p50 and
-p99 latency, answers other than 200, the server's peak RSS, and the CPU seconds the clients took (they
+p99 latency, answers other than 200, the peak RSS of the server and its worker process (summed), and
+the CPU seconds the clients took (they
 share the machine with the server: pin both with taskset to say where). `bundled` is the bundled
 default model; `original` the published ELMo's shapes with random weights (`torch.manual_seed(0)`).
 """
@@ -53,7 +55,10 @@ def start_server(shape: str, work: Path, mode_flags: list[str]) -> tuple[subproc
 
 
 def peak_rss_mb(pid: int) -> float:
-    return [int(x.split()[1]) for x in open(f"/proc/{pid}/status") if x.startswith("VmHWM")][0] / 1024
+    """The peak RSS of a process and its children (the server's worker processes hold the model), summed."""
+    children = [int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
+    own = [int(x.split()[1]) for x in open(f"/proc/{pid}/status") if x.startswith("VmHWM")][0] / 1024
+    return own + sum(peak_rss_mb(child) for child in children)
 
 
 class Connection:
@@ -140,6 +145,38 @@ def measure(args: argparse.Namespace, results: dict, work: Path, lines: list[str
                 server.wait(60)
 
 
+def model_alone(args: argparse.Namespace, work: Path, lines: list[str]) -> dict:
+    """The bound batching works under: the model alone (an `Embedder` in this process, 1 thread), tokens/s
+    embedding the clients' first 256 lines one sentence per call and in calls of 64, median of 3 passes."""
+    import statistics
+
+    import torch
+
+    from elmo import Embedder
+
+    torch.set_num_threads(1)
+    sentences = [line.split() for line in lines[:256]]
+    tokens = sum(map(len, sentences))
+    rows = []
+    for shape in [s for s in args.shapes.split(",") if s]:
+        if shape == "bundled":
+            embedder = Embedder.from_model("default")
+        else:
+            directory = work / shape
+            random_model(shape, directory)
+            embedder = Embedder.from_files(directory / "options.json", directory / "weights.hdf5")
+        for batch in (1, 64):
+            list(embedder.embed_sentences(sentences[:batch], batch_size=batch))  # warm-up
+            times = []
+            for _ in range(3):
+                start = time.perf_counter()
+                list(embedder.embed_sentences(sentences, batch_size=batch))
+                times.append(time.perf_counter() - start)
+            rows.append({"shape": shape, "batch": batch, "tokens_per_s": tokens / statistics.median(times)})
+            print(json.dumps(rows[-1]), flush=True)
+    return {"sentences": len(sentences), "tokens": tokens, "rows": rows}
+
+
 def markdown_table(results: dict) -> str:
     out = ["| shape | concurrency | mode | requests/s | tokens/s | batched / one per call | p50 ms | p99 ms | not 200 "
            "| server peak RSS MB | client CPU s / wall s |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -161,6 +198,8 @@ def main() -> None:
     p.add_argument("--lines", type=int, default=2000, help="lines of wiki_corpus valid the clients send")
     p.add_argument("--out", default=str(HERE / "results" / "serve-load-cpu.json"))
     p.add_argument("--render", metavar="JSON", help="measure nothing: print the table of a results file")
+    p.add_argument("--model-alone", action="store_true",
+                   help="no server: time the model alone, one sentence per call against 64 (the bound on batching)")
     args = p.parse_args()
     if args.render:
         print(markdown_table(json.loads(Path(args.render).read_text())))
@@ -171,6 +210,10 @@ def main() -> None:
     results = {"machine": {"platform": platform.platform(), "processor": platform.processor()},
                "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(sys.argv),
                "seconds": args.seconds, "lines": len(lines), "rows": []}
+    if args.model_alone:
+        results["model_alone"] = model_alone(args, Path(tempfile.mkdtemp(prefix="elmo-serve-load-")), lines)
+        save_results(results, Path(args.out))
+        return
     measure(args, results, Path(tempfile.mkdtemp(prefix="elmo-serve-load-")), lines)
     print(markdown_table(results))
 
