@@ -10,7 +10,7 @@ their imports of AllenNLP's ELMo, ScalarMix, command and test base class are poi
 scripts/allennlp_port_shim.py, the fixture folder at ../shared/fixtures/allennlp-elmo and the
 state reset at `Elmo.reset_states()`; every assertion stays as written. AllenNLP's data pipeline
 (the peer venv's) still makes the character ids. Expected: all pass but the three accepted
-differences (README, "Moving from AllenNLP 2.x").
+differences (docs/migrating.md, "Moving from AllenNLP 2.x").
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     python scripts/sense_check.py [--model NAME|DIR] [--set tests/data/homonyms.json] [--json]
     python scripts/sense_check.py --random [--seed 0]    # same architecture, fresh random weights
     python scripts/sense_check.py --semcor ../shared/data/wsd_raganato/Training_Corpora/SemCor
-    python scripts/sense_check.py --lab-examples          # the lab's presets, "bank" first (README)
+    python scripts/sense_check.py --lab-examples          # the lab's presets, "bank" first (docs/lab.md)
 
 For each word: margin = mean cosine distance between different-sense occurrences minus that between
 same-sense occurrences (elmo.tasks.contextuality); a word separates at a layer when its margin is

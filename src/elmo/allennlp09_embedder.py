@@ -33,8 +33,8 @@ def legacy_default_files() -> ModelFiles:
     except DownloadError as e:
         raise type(e)(e.url, f"{e.reason}. ElmoEmbedder() with no files means AllenNLP 0.9's default, the "
                       f"`{LEGACY_DEFAULT_MODEL}` model (1024-dimensional vectors), and it cannot be had here. Get it "
-                      f"with `elmo download {LEGACY_DEFAULT_MODEL}` on a machine with network (README, \"Published "
-                      "models\"), or ask for this package's bundled model (512-dimensional) explicitly: "
+                      f"with `elmo download {LEGACY_DEFAULT_MODEL}` on a machine with network (docs/published-models.md), "
+                      "or ask for this package's bundled model (512-dimensional) explicitly: "
                       "files = elmo.models.resolve('default').original_files(); "
                       "ElmoEmbedder(files.options_file, files.weight_file)") from None
 

@@ -1,7 +1,7 @@
 """The lab's own example inputs: ambiguous words in sentences that settle their sense.
 
 These are the panels' starting points (the page offers them as presets) and the stand-in reference
-sentences when the shared data is absent. The "bank" set is the README's example.
+sentences when the shared data is absent. The "bank" set is docs/lab.md's example.
 """
 
 from __future__ import annotations
