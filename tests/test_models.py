@@ -65,3 +65,13 @@ def test_manylangs_directories_load_and_refuse_only_where_the_original_files_are
     assert model.load().config.token_input is not None
     with pytest.raises(ModelFileError, match="an ELMoForManyLangs model directory"):
         model.original_files()
+
+
+def test_references_are_refused_in_one_line_before_any_parser(capsys):
+    """A URL that urllib cannot split, and control characters in a reference, are one clear error each."""
+    from elmo.cli import main
+
+    assert main(["download", "https://[::1/x.zip"]) == 2
+    assert "not a URL" in capsys.readouterr().err
+    with pytest.raises(ModelFileError, match=r"abc\\x1bdef: neither a model directory"):
+        resolve("abc\x1bdef")

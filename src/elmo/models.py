@@ -31,6 +31,7 @@ from .bilm import BiLM
 from .errors import InputError, ModelFileError, ModelFileNotFound
 from .fileio import check_file
 from .hub import find_published, is_url, local_path
+from .hub.references import shown
 from .int8 import quantize_bilm
 from .layout import (
     OPTIONS_NAME,
@@ -287,7 +288,7 @@ def resolve(model: str | os.PathLike | Model | None = None, options: str | os.Pa
     available = bundled_models()
     looks_like_a_path = "://" not in text and (os.sep in text or text.startswith((".", "~")))
     error = ModelFileNotFound if looks_like_a_path and not os.path.exists(text) else ModelFileError
-    raise error(f"{text}: neither a model directory nor a bundled model "
+    raise error(f"{shown(text)}: neither a model directory nor a bundled model "
                 f"(bundled: {', '.join(available) if available else 'none in this installation'}), "
                 "nor a published model's name (`elmo models` lists them) or a URL")
 
@@ -331,14 +332,16 @@ def download_reference(reference: str) -> list[Path]:
     from .hub.archives import is_archive_name
     from .hub.tfhub import parse_handle
 
+    from .hub.fetch import check_url, fetch
+
+    if is_url(reference) and reference.lower().startswith(("http://", "https://")):
+        check_url(reference)  # before urlsplit's own ValueError (e.g. an unclosed [IPv6 host)
     parts = urlsplit(reference)
     if (is_url(reference) and parts.scheme.lower() in ("http", "https") and not is_archive_name(parts.path)
             and parse_handle(reference) is None):
-        from .hub.fetch import fetch
-
         return [fetch(reference)]  # one file, which is not a model by itself
     for fetch_kind in FETCH_KINDS:
         fetched = fetch_kind(reference)
         if fetched is not None:
             return list(fetched) if isinstance(fetched, tuple) else [fetched]
-    raise ModelFileError(f"{reference}: not a published model's name nor a URL (`elmo models` lists the names)")
+    raise ModelFileError(f"{shown(reference)}: not a published model's name nor a URL (`elmo models` lists the names)")
