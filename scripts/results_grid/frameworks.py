@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import statistics
 
+from .arms import DOCS_EXAMPLE_SKIP
 from .grid import Grid
 from .notebook import FLAIR_CONDITIONS
 from .stats import error_reduction, mean_std, reduction, scores
@@ -49,5 +50,5 @@ def flair_section(grid: Grid, metrics: dict) -> list[str]:
              f"| ours (Table 1, {len(grid.seeds)} seeds) | {mean_std(ours_static)} | {mean_std(ours_elmo)} | "
              f"{reduction(ours_static, ours_elmo)} | {ours_dev} |"]
     lines += [flair_row(runs) if any(runs.values()) else "| flair SequenceTagger | not run | not run | | |", "",
-              *FLAIR_CONDITIONS, "", "```bash", *(FLAIR_COMMAND.format(arm=arm) for arm in ("static", "elmo")), FLAIR_RESCORE, "```", ""]
+              *FLAIR_CONDITIONS, "", DOCS_EXAMPLE_SKIP, "```bash", *(FLAIR_COMMAND.format(arm=arm) for arm in ("static", "elmo")), FLAIR_RESCORE, "```", ""]
     return lines
