@@ -62,3 +62,18 @@ def test_the_readmes_links_into_the_site_resolve():
             headings = re.findall(r"^#+ (.+)$", (REPO / path).read_text(encoding="utf-8"), flags=re.M)
             slugs = {re.sub(r"[^\w\- ]", "", h.lower()).strip().replace(" ", "-") for h in headings}
             assert anchor in slugs, f"{path}#{anchor}"
+
+
+def test_the_command_reference_walks_subcommands_and_fills_in_defaults():
+    import argparse
+
+    from docs_hooks import command_reference
+
+    parser = argparse.ArgumentParser(prog="tool")
+    group = parser.add_subparsers().add_parser("task", help="task things").add_subparsers()
+    train = group.add_parser("train", description="Train | a model.")
+    train.add_argument("--size", type=int, choices=[1, 2], default=2, help="how big (default %(default)s)")
+    train.add_argument("--fast", action="store_true", help="go fast")
+    page = command_reference(parser)
+    assert "## `tool task`\n\ntask things" in page and "## `tool task train`\n\nTrain | a model." in page
+    assert "| `--size {1,2}` | how big (default 2) | `2` |" in page and "| `--fast` | go fast |  |" in page
