@@ -62,5 +62,18 @@ def layers_in_batch(bilm: BiLM, sentences: Sequence[Sequence[str]], device: torc
     return [stacked[:, b, 1 : 1 + n] for b, n in enumerate(lengths)]
 
 
+_THREADS_SET_IN: list[int] = [os.getpid()]  # the process whose torch thread pool is its own
+
+
+def one_thread_if_forked() -> None:
+    """In a process forked after torch ran (spaCy's `nlp.pipe(n_process=N)`, a preforking server), use one torch
+    thread: the OpenMP pool belongs to the parent and a forked child that enters it waits forever. One thread per
+    worker is also what N workers on N cores want. Called before each biLM pass; costs a getpid."""
+    pid = os.getpid()
+    if pid != _THREADS_SET_IN[0]:
+        torch.set_num_threads(1)
+        _THREADS_SET_IN[0] = pid
+
+
 def parameter_device(module: torch.nn.Module) -> torch.device:
     return next(module.parameters()).device

@@ -6,12 +6,18 @@ Same constructor as flair's own (flair/embeddings/legacy.py, which needs AllenNL
 concatenated), "top" or "average". The biLM is frozen and runs once per flair mini-batch on
 `flair.device`.
 
+Its name is `elmo-MODEL-MODE`, as flair's own class names it: two embeddings of one model in different modes
+on one Sentence are two embeddings (with one name flair kept the first and skipped the second).
+
 What a saved tagger holds (`save=`): "weights" (default) puts the biLM's weights in the tagger's file,
-which then loads anywhere with nothing else (10.9 MB for the bundled model, 375 MB for `original`);
+which then loads anywhere with nothing else (21.7 MB for the bundled model: the tagger stores float32);
 "reference" stores only the model reference and the sha256 fingerprint of its weights, and loading
 resolves the reference (from the cache, or downloads it) and refuses weights that differ. Either
 way the saved record is an instance of a class of this module, so unpickling the tagger imports it
-and registers the class with flair: a fresh process needs no import (docs/integrations.md).
+and registers the class with flair: a fresh process needs no import (docs/integrations.md). Every field of
+the record is checked before anything is built (`check_record`): flair unpickles a tagger file
+(`torch.load(weights_only=False)`, which can run code from the file: load only taggers you trust), and a record
+that says `char_rows` 10**9 must be refused, not allocated.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from flair.embeddings import TokenEmbeddings
 from flair.embeddings.base import register_embeddings
 
 from ..bilm import BiLM
+from ..chars import N_CODES
 from ..errors import InputError, ModelFileError
 from ..fingerprints import model_fingerprint
 from ..models import Model
@@ -78,7 +85,7 @@ class ELMoEmbeddings(TokenEmbeddings):
         if save == "weights" and bilm.lexicon is not None:
             raise InputError(f"{reference}: a model with its own lexicon (ELMoForManyLangs) is saved by reference; "
                              "pass save='reference'")
-        self.name = _saved.name if _saved else f"elmo-{_short_name(model, options_file)}"
+        self.name = _saved.name if _saved else f"elmo-{_short_name(model, options_file)}-{embedding_mode}"
         self.static_embeddings = True
         super().__init__()
         self.model_reference = reference
@@ -144,7 +151,7 @@ class ELMoEmbeddings(TokenEmbeddings):
 
     @classmethod
     def from_params(cls, params: dict) -> ELMoEmbeddings:
-        saved = params["saved"]
+        saved = check_record(params.get("saved") if isinstance(params, dict) else None)
         return cls(embedding_mode=saved.embedding_mode, save=saved.save, _saved=saved)
 
     def extra_repr(self) -> str:
@@ -152,6 +159,33 @@ class ELMoEmbeddings(TokenEmbeddings):
 
     def __str__(self) -> str:
         return self.name
+
+
+def check_record(saved: object) -> SavedELMo:
+    """A saved tagger's record, every field checked as options.json is, before anything is built from it."""
+    where = "the ELMoEmbeddings record of a saved flair model"
+    if not isinstance(saved, SavedELMo):
+        raise ModelFileError(f"{where}: expected a SavedELMo; found {type(saved).__name__}")
+    if not isinstance(saved.name, str) or not saved.name:
+        raise ModelFileError(f"{where}: name must be a non-empty string; found {saved.name!r}")
+    where = f"{where} ({saved.name})"
+    checks = [
+        ("model", saved.model is None or isinstance(saved.model, str), "a string or None"),
+        ("files", saved.files is None or (isinstance(saved.files, tuple) and len(saved.files) == 2
+                                          and all(isinstance(f, str) for f in saved.files)), "two paths or None"),
+        ("model", (saved.model is None) != (saved.files is None), "given when files are not (one of the two)"),
+        ("embedding_mode", saved.embedding_mode in EMBEDDING_MODES, f"one of {', '.join(EMBEDDING_MODES)}"),
+        ("save", saved.save in SAVE_CHOICES, f"one of {', '.join(SAVE_CHOICES)}"),
+        ("options", isinstance(saved.options, dict), "a dict (options.json's content)"),
+        ("char_rows", type(saved.char_rows) is int and saved.char_rows in (N_CODES, N_CODES + 1),
+         f"{N_CODES} or {N_CODES + 1} (the character table's rows, as in weights.hdf5)"),
+        ("fingerprint", isinstance(saved.fingerprint, str) and len(saved.fingerprint) == 64
+         and all(c in "0123456789abcdef" for c in saved.fingerprint), "64 hex digits (sha256)"),
+    ]
+    for field, ok, expected in checks:
+        if not ok:
+            raise ModelFileError(f"{where}: {field} must be {expected}; found {getattr(saved, field)!r:.80}")
+    return saved
 
 
 def _bilm_from_record(saved: SavedELMo) -> BiLM:

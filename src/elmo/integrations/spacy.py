@@ -9,14 +9,18 @@ ours as the last columns when the tensor already has one row per token (else set
 it alone. `nlp.pipe` embeds `batch_size` docs per biLM call. `to_disk` writes the biLM's own files
 (options.json + weights.hdf5) into the component's folder and `from_disk` loads them from there, so
 the reference in config.cfg is never read again (docs/integrations.md: what survives to_bytes/DocBin).
+
+`nlp.pipe(..., n_process=N)`: each worker runs the biLM on one thread (a forked child cannot use the parent's
+OpenMP pool: it waits on it forever), and the hooks, which spaCy cannot send between processes, are put back on
+each Doc in the parent from `doc._.elmo`, which it does send (`keep_hooks_across_processes`).
 """
 
 from __future__ import annotations
 
-import tempfile
+import functools
+import multiprocessing
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Union
 
 import numpy as np
 from spacy.language import Language
@@ -29,7 +33,8 @@ from ..embedder import check_batch_size
 from ..errors import InputError, ModelFileError
 from ..models import OPTIONS_NAME, WEIGHTS_NAME
 from ..weights import load_bilm, save_bilm
-from .common import layers_in_batch, resolve_reference
+from .common import layers_in_batch, one_thread_if_forked, resolve_reference
+from .spacy_files import bilm_files, bilm_from_files, pack_files, unpack_files
 
 LAYER_VIEWS = ("all", "top", "average")
 TENSOR_CHOICES = ("set", "append", "none")
@@ -40,9 +45,12 @@ if not Doc.has_extension("elmo"):
     Doc.set_extension("elmo", default=None)
 
 
-@Language.factory("elmo", default_config=DEFAULT_CONFIG)
-def make_elmo(nlp: Language, name: str, model: str, layers: Union[str, list[float]], batch_size: int, device: str,
+# `assigns`: what analyze_pipes reports (`tensor` "none" leaves doc.tensor alone; `vectors` false sets no hooks)
+@Language.factory("elmo", default_config=DEFAULT_CONFIG, assigns=["doc._.elmo", "doc.tensor", "doc.user_hooks",
+                                                                  "doc.user_token_hooks", "doc.user_span_hooks"])
+def make_elmo(nlp: Language, name: str, model: str, layers: str | list[float], batch_size: int, device: str,
               tensor: str, vectors: bool) -> ELMoComponent:
+    keep_hooks_across_processes(nlp)
     return ELMoComponent(name, model, layers, batch_size, device, tensor, vectors)
 
 
@@ -85,12 +93,14 @@ class ELMoComponent:
             yield from batch
 
     def _annotate(self, docs: list[Doc]) -> None:
+        one_thread_if_forked()
         arrays = layers_in_batch(self.bilm, [[token.text for token in doc] for doc in docs], self.device)
+        hooks = self.vectors and not _in_spacy_worker()  # a worker's hooks would be dropped (W109); the parent adds them
         for doc, layers in zip(docs, arrays):
             doc._.elmo = layers.cpu().numpy()
             if self.tensor != "none":
                 _write_tensor(doc, self.view(doc._.elmo), self.tensor)
-            if self.vectors:
+            if hooks:
                 add_vector_hooks(doc, self.layers)
 
     def view(self, layers: np.ndarray) -> np.ndarray:
@@ -99,8 +109,7 @@ class ELMoComponent:
     def to_disk(self, path: str | Path, exclude: Iterable[str] = ()) -> None:
         bilm = self.bilm
         if bilm.lexicon is not None:
-            raise ModelFileError(f"{self.model_reference}: an ELMoForManyLangs model cannot be written into a spaCy "
-                                 "pipeline (its lexicon has no options.json + weights.hdf5 form); convert it first")
+            bilm_files(bilm, self.model_reference)  # the refusal, with its message
         save_bilm(bilm, Path(path) / OPTIONS_NAME, Path(path) / WEIGHTS_NAME)
 
     def from_disk(self, path: str | Path, exclude: Iterable[str] = ()) -> ELMoComponent:
@@ -111,21 +120,48 @@ class ELMoComponent:
         return self
 
     def to_bytes(self, exclude: Iterable[str] = ()) -> bytes:
-        import srsly
-
-        with tempfile.TemporaryDirectory() as tmp:
-            self.to_disk(tmp)
-            files = {name: (Path(tmp) / name).read_bytes() for name in (OPTIONS_NAME, WEIGHTS_NAME)}
-        return srsly.msgpack_dumps(files)
+        return pack_files(bilm_files(self.bilm, self.model_reference))
 
     def from_bytes(self, data: bytes, exclude: Iterable[str] = ()) -> ELMoComponent:
-        import srsly
+        """The biLM from `to_bytes`' output; anything else is one ModelFileError, as from_disk gives."""
+        where = f"elmo component {self.name!r} from_bytes"
+        self._use(bilm_from_files(unpack_files(data, where), where))
+        return self
 
-        files = srsly.msgpack_loads(data)
-        with tempfile.TemporaryDirectory() as tmp:
-            for name in (OPTIONS_NAME, WEIGHTS_NAME):
-                (Path(tmp) / name).write_bytes(files[name])
-            return self.from_disk(tmp)
+
+def _in_spacy_worker() -> bool:
+    """True in a process that spaCy's `nlp.pipe(n_process>1)` started (its target is spaCy's worker function)."""
+    import spacy.language
+
+    return getattr(multiprocessing.current_process(), "_target", None) is getattr(spacy.language, "_apply_pipes", 0)
+
+
+def keep_hooks_across_processes(nlp: Language) -> None:
+    """Wrap `nlp.pipe` (once per pipeline) so that with n_process > 1 each Doc that comes back from a worker gets
+    the vector hooks of every elmo component again: spaCy sends Docs back as bytes, which keep `doc._.elmo` but
+    no functions."""
+    pipe = nlp.pipe
+    if getattr(pipe, "restores_elmo_hooks", False):
+        return
+
+    @functools.wraps(pipe)
+    def pipe_with_hooks(texts, *args, n_process: int = 1, as_tuples: bool = False, **kwargs):
+        results = pipe(texts, *args, n_process=n_process, as_tuples=as_tuples, **kwargs)
+        if n_process == 1:
+            return results
+        return _restore_hooks(nlp, results, as_tuples)
+
+    pipe_with_hooks.restores_elmo_hooks = True
+    nlp.pipe = pipe_with_hooks
+
+
+def _restore_hooks(nlp: Language, results: Iterable, as_tuples: bool) -> Iterator:
+    for item in results:
+        doc = item[0] if as_tuples else item
+        for _, proc in nlp.pipeline:
+            if isinstance(proc, ELMoComponent) and proc.vectors and doc._.elmo is not None:
+                add_vector_hooks(doc, proc.layers)
+        yield item
 
 
 def layer_view(layers: np.ndarray, choice: str | list[float]) -> np.ndarray:

@@ -24,8 +24,8 @@ from thinc.api import Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats2d
 
 from ..bilm import BiLM
-from ..errors import InputError
-from .common import layers_in_batch, resolve_reference
+from ..errors import InputError, ModelFileError
+from .common import layers_in_batch, one_thread_if_forked, resolve_reference
 from .spacy_files import bilm_files, bilm_from_files
 
 MIX_NAME = "elmo_mix"
@@ -98,7 +98,7 @@ class LayerRunner:
                          key=len)
         computed = self._compute(missing)
         out = []
-        for doc, words_list in zip(docs, pieces):
+        for words_list in pieces:
             arrays = [computed[words] if words in computed else self._cached(words) for words in words_list]
             out.append(np.concatenate(arrays, axis=1) if arrays else self._empty())
         return out
@@ -110,6 +110,8 @@ class LayerRunner:
 
     def _compute(self, sentences: list[tuple[str, ...]]) -> dict[tuple[str, ...], np.ndarray]:
         computed: dict[tuple[str, ...], np.ndarray] = {}
+        if sentences:
+            one_thread_if_forked()
         for start in range(0, len(sentences), BILM_BATCH):
             chunk = [s for s in sentences[start : start + BILM_BATCH] if s]
             for words, layers in zip(chunk, layers_in_batch(self.bilm, [list(s) for s in chunk], _cpu())):
@@ -166,12 +168,10 @@ def _softmax(w: np.ndarray) -> np.ndarray:
 
 def _mix_forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[list[Floats2d], Callable]:
     runner: LayerRunner = model.attrs["elmo_runner"]
-    runner.use(model.attrs["elmo_files"])
+    w, gamma, rate = _checked_settings(model, runner.use(model.attrs["elmo_files"]))
     layer_arrays = runner.layers(docs)
-    w = np.asarray(model.ops.to_numpy(model.get_param("scalar_weights")), dtype=np.float32)
-    gamma = float(model.ops.to_numpy(model.get_param("gamma"))[0])
     s = _softmax(w)
-    rate = model.attrs["mix_dropout"] if is_train else 0.0
+    rate = rate if is_train else 0.0
     masks = [_dropout_mask(layers.shape[1:], rate) for layers in layer_arrays]
     outputs = [gamma * np.tensordot(s, layers, axes=1) for layers in layer_arrays]
     if rate:
@@ -190,6 +190,23 @@ def _mix_forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[list[Fl
         return []
 
     return [model.ops.asarray2f(np.ascontiguousarray(y, dtype=np.float32)) for y in outputs], backprop
+
+
+def _checked_settings(model: Model, bilm: BiLM) -> tuple[np.ndarray, float, float]:
+    """The mix's weights, gamma and dropout, checked: a saved model (from_bytes) can hold any numbers, and
+    every number read back is validated as options.json is."""
+    where = f"the ELMo layer of a spaCy model ({model.attrs.get('elmo_model')!r})"
+    w = np.asarray(model.ops.to_numpy(model.get_param("scalar_weights")), dtype=np.float32)
+    gamma = np.asarray(model.ops.to_numpy(model.get_param("gamma")), dtype=np.float32)
+    if w.shape != (bilm.num_layers,) or gamma.shape != (1,):
+        raise ModelFileError(f"{where}: expected {bilm.num_layers} layer weights and one gamma for its biLM; "
+                             f"found shapes {w.shape} and {gamma.shape}")
+    if not (np.isfinite(w).all() and np.isfinite(gamma).all()):
+        raise ModelFileError(f"{where}: the layer weights and gamma must be finite; found {w.tolist()}, {gamma[0]}")
+    rate = model.attrs.get("mix_dropout")
+    if not isinstance(rate, float) or not 0 <= rate < 1:
+        raise ModelFileError(f"{where}: mix_dropout must be a number in [0, 1); found {rate!r}")
+    return w, float(gamma[0]), rate
 
 
 def _dropout_mask(shape: tuple[int, ...], rate: float) -> np.ndarray | None:
