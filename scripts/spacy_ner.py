@@ -47,11 +47,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     s.add_argument("--data", type=Path, required=True)
     s.add_argument("--passes", type=int, default=3)
     s.add_argument("--out", type=Path, default=None)
+    m = sub.add_parser("report", help="the markdown rows of docs/results.md from the result JSONs")
+    m.add_argument("results", type=Path, help="benchmarks/results/spacy-ner")
     r = sub.add_parser("reload", help="a trained run's model-best in a new process: identical predictions?")
     r.add_argument("run", type=Path)
     r.add_argument("--data", type=Path, required=True)
     r.add_argument("--out", type=Path, default=None)
-    for q in (t, s, r):
+    for q in (t, s, r, m):
         q.add_argument("--threads", type=int, default=1, help="torch threads (the biLM)")
     return p.parse_args(argv)
 
@@ -184,6 +186,35 @@ def reload(args: argparse.Namespace) -> dict:
             "layer_weights": found[0]["layer_weights"]}
 
 
+def mean_sd(values: list[float]) -> str:
+    if not values:
+        return "not run"
+    sd = f" ± {statistics.stdev(values):.2f}" if len(values) > 1 else " (1 seed)"
+    return f"{statistics.mean(values):.2f}{sd}"
+
+
+def report(args: argparse.Namespace) -> str:
+    """The spaCy row beside our tagger's and flair's (docs/results.md), from ARM-sSEED.json."""
+    runs = {arm: [json.loads(p.read_text()) for p in sorted(args.results.glob(f"{arm}-s*.json"))]
+            for arm in ("static", "elmo")}
+    test = {arm: [100 * r["test"]["ents_f"] for r in runs[arm]] for arm in runs}
+    dev = {arm: [100 * r["best_dev"]["score"] for r in runs[arm]] for arm in runs}
+    minutes = {arm: statistics.mean([r["train_wall_seconds"] / 60 for r in runs[arm]]) for arm in runs if runs[arm]}
+    gain = ""
+    if test["static"] and test["elmo"]:
+        static_err, elmo_err = (100 - statistics.mean(test[arm]) for arm in ("static", "elmo"))
+        gain = f"{100 * (static_err - elmo_err) / static_err:.1f}%"
+    weights = [r["layer_weights"]["tok2vec"] for r in runs["elmo"]]
+    mix = " / ".join(f"{statistics.mean(w['weights'][k] for w in weights):.2f}" for k in range(3)) if weights else ""
+    gamma = f"{statistics.mean(w['gamma'] for w in weights):.2f}" if weights else ""
+    seeds = sorted({r["seed"] for arm in runs.values() for r in arm})
+    return (f"| spaCy {runs['elmo'][0]['machine']['spacy'] if runs['elmo'] else ''} tok2vec + ner "
+            f"(3 epochs, {' / '.join(f'{minutes[a]:.0f}' for a in ('static', 'elmo') if a in minutes)} min a run, "
+            f"seeds {', '.join(map(str, seeds))}) | {mean_sd(test['static'])} | {mean_sd(test['elmo'])} | {gain} | "
+            f"{statistics.mean(dev['static']):.2f} / {statistics.mean(dev['elmo']):.2f} |\n\n"
+            f"Learned mix (softmax weights, token layer first; mean over seeds): {mix}, gamma {gamma}.\n")
+
+
 def machine() -> dict:
     import spacy
     import torch
@@ -204,6 +235,9 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
+    if args.command == "report":
+        sys.stdout.write(report(args))
+        return 0
     result = {"train": train, "speed": speed, "reload": reload}[args.command](args)
     result["machine"] = machine()
     text = json.dumps(result, indent=1) + "\n"
