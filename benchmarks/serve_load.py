@@ -1,20 +1,20 @@
 """`elmo serve` under load: batched against one request per model call, in one run (issue #65 item 4).
 
-    python benchmarks/serve_load.py --shapes bundled,original --concurrency 1,8,64 \\
+    python benchmarks/serve_load.py --shapes bundled,original --concurrency 1,8,64 --seconds 10 --repeats 3 \\
         --out benchmarks/results/serve-load-cpu.json
     python benchmarks/serve_load.py --render benchmarks/results/serve-load-cpu.json
     python benchmarks/serve_load.py --model-alone --out benchmarks/results/serve-model-alone-cpu.json
 
-For each shape and mode, one `elmo serve --threads 1` process: `batched` with its defaults
-(--max-batch-tokens 4096 --max-wait-ms 5), `one per call` with --max-batch-tokens 1 (every model call
-runs one request). Against it, for each concurrency C, C clients in this process (asyncio streams, one
-keep-alive connection each) send `POST /v1/embeddings` with one line of ../shared/data/wiki_corpus/valid.txt each
-(in turn, each client its own lines), back to back, for --seconds after a warm-up; requests begun by then
-are waited for. Reported: requests/s and tokens/s (completed over the time to the last answer), p50 and
-p99 latency, answers other than 200, the peak RSS of the server and its worker process (summed), and
-the CPU seconds the clients took (they
-share the machine with the server: pin both with taskset to say where). `bundled` is the bundled
-default model; `original` the published ELMo's shapes with random weights (`torch.manual_seed(0)`).
+For each shape, two `elmo serve --threads 1` processes: `batched` with its defaults (--max-batch-tokens
+4096 --max-wait-ms 5), `one per call` with --max-batch-tokens 1 (every model call runs one request).
+For each concurrency C, --repeats rounds of a run against each server in turn (medians reported): in a
+run, C clients in this process (asyncio streams, one keep-alive connection each) send `POST
+/v1/embeddings` with one line of ../shared/data/wiki_corpus/valid.txt each (in turn, each client its own
+lines), back to back, for --seconds after a warm-up; requests begun by then are waited for. Reported: requests/s and tokens/s
+(completed over the time to the last answer), p50 and p99 latency, answers other than 200, the peak
+RSS of the server and its worker process (summed), and the CPU seconds the clients took (they share
+the machine with the server: pin both with taskset to say where). `bundled` is the bundled default
+model; `original` the published ELMo's shapes with random weights (`torch.manual_seed(0)`).
 """
 
 from __future__ import annotations
@@ -127,27 +127,40 @@ async def load(url: str, lines: list[str], concurrency: int, seconds: float, war
 
 
 def measure(args: argparse.Namespace, results: dict, work: Path, lines: list[str]) -> None:
+    """Both modes' servers up at once; per concurrency, --repeats rounds of batched then one per call, so
+    that the two are measured side by side under the same load of the machine; medians over the rounds."""
     for shape in [s for s in args.shapes.split(",") if s]:
         if shape not in SHAPES:
             sys.exit(f"--shapes: expected any of {SHAPES}, found {shape!r}")
-        seconds = args.seconds * (2 if shape == "original" else 1)
-        for mode, flags in MODES.items():
-            server, url = start_server(shape, work, flags)
-            try:
-                for concurrency in [int(c) for c in args.concurrency.split(",")]:
-                    row = {"shape": shape, "mode": mode, "concurrency": concurrency,
-                           **asyncio.run(load(url, lines, concurrency, seconds)), "server_peak_rss_mb": peak_rss_mb(server.pid)}
+        servers = {mode: start_server(shape, work, flags) for mode, flags in MODES.items()}
+        try:
+            for concurrency in [int(c) for c in args.concurrency.split(",")]:
+                passes: dict[str, list[dict]] = {mode: [] for mode in MODES}
+                for _ in range(args.repeats):
+                    for mode, (server, url) in servers.items():
+                        passes[mode].append(asyncio.run(load(url, lines, concurrency, args.seconds)))
+                for mode, (server, _) in servers.items():
+                    row = {"shape": shape, "mode": mode, "concurrency": concurrency, **median_pass(passes[mode]),
+                           "passes": passes[mode], "server_peak_rss_mb": peak_rss_mb(server.pid)}
                     results["rows"].append(row)
                     save_results(results, Path(args.out))
-                    print(json.dumps(row), flush=True)
-            finally:
+                    print(json.dumps({k: v for k, v in row.items() if k != "passes"}), flush=True)
+        finally:
+            for server, _ in servers.values():
                 server.send_signal(signal.SIGTERM)
-                server.wait(60)
+                server.wait(120)
+
+
+def median_pass(passes: list[dict]) -> dict:
+    """Each figure's median over the rounds (failures: their sum)."""
+    keys = [k for k in passes[0] if k != "failures"]
+    return {**{k: float(np.median([p[k] for p in passes])) for k in keys},
+            "failures": sum(p["failures"] for p in passes)}
 
 
 def model_alone(args: argparse.Namespace, work: Path, lines: list[str]) -> dict:
     """The bound batching works under: the model alone (an `Embedder` in this process, 1 thread), tokens/s
-    embedding the clients' first 256 lines one sentence per call and in calls of 64, median of 3 passes."""
+    embedding the clients' first 128 lines one sentence per call and in calls of 64, median of 3 passes."""
     import statistics
 
     import torch
@@ -155,7 +168,7 @@ def model_alone(args: argparse.Namespace, work: Path, lines: list[str]) -> dict:
     from elmo import Embedder
 
     torch.set_num_threads(1)
-    sentences = [line.split() for line in lines[:256]]
+    sentences = [line.split() for line in lines[:128]]
     tokens = sum(map(len, sentences))
     rows = []
     for shape in [s for s in args.shapes.split(",") if s]:
@@ -194,7 +207,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", default="bundled,original", help=f"any of {', '.join(SHAPES)}")
     p.add_argument("--concurrency", default="1,8,64")
-    p.add_argument("--seconds", type=float, default=15.0, help="per measurement (twice that for original)")
+    p.add_argument("--seconds", type=float, default=10.0, help="per measurement")
+    p.add_argument("--repeats", type=int, default=3, help="rounds of both modes per concurrency (medians reported)")
     p.add_argument("--lines", type=int, default=2000, help="lines of wiki_corpus valid the clients send")
     p.add_argument("--out", default=str(HERE / "results" / "serve-load-cpu.json"))
     p.add_argument("--render", metavar="JSON", help="measure nothing: print the table of a results file")
