@@ -78,6 +78,10 @@ def run(args: argparse.Namespace) -> int:
     layers = check_args(args)
     hosts = host_names(args.host, args.allowed_host)
     check_int8_choice(args.int8, "cpu", False)
+    if args.int8:
+        from ..int8 import check_kernel
+
+        check_kernel()  # here, as one clear line, rather than as a worker that failed to start
     model = resolve(args.model, args.options, args.weights)  # downloads once, here; the workers get local files
     name = getattr(model, "name", None) or str(args.model or "default")
     sock = bind(args.host, args.port)
