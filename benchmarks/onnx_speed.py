@@ -1,8 +1,10 @@
 """ONNX Runtime beside our own code, float32 and int8, measured in one run (issue #65 item 2).
 
-    python benchmarks/onnx_speed.py --shapes small,original --threads 1 --passes 3 \\
-        --out benchmarks/results/onnx-speed-cpu.json
-    python benchmarks/onnx_speed.py --render benchmarks/results/onnx-speed-cpu.json
+    python benchmarks/onnx_speed.py --shapes small,original --threads 1 --sentences 128 --passes 3 \\
+        --out benchmarks/results/onnx-speed-cpu-1thread.json
+    python benchmarks/onnx_speed.py --render benchmarks/results/onnx-speed-cpu-1thread.json
+    python benchmarks/onnx_speed.py --shapes bundled,original --accuracy 1000 \\
+        --out benchmarks/results/onnx-int8-accuracy.json
 
 For each shape and thread count, four engines each run in their own process, one after the other:
 ours float32 (`Embedder`), ours int8 (`Embedder(int8=True)`), ONNX Runtime float32 (the graph of
@@ -14,7 +16,9 @@ from spawn to exit (imports, model load or session creation, the passes) and its
 files are written before, untimed. Also: the largest difference of ONNX Runtime float32 from ours
 float32, and each int8 engine's cosine to ours float32 (first 32 sentences, every token and layer).
 `small` and `original` are the presets' shapes with random weights (`torch.manual_seed(0)`), as
-benchmarks/int8_speed.py.
+benchmarks/int8_speed.py. `--accuracy N` times nothing: per layer, the cosine of each int8 engine's
+token vectors to ours float32 on the first N lines of wiki_corpus test.txt, summarised as
+scripts/int8_accuracy.py summarises ours (docs/performance.md#accuracy).
 """
 
 from __future__ import annotations
@@ -145,6 +149,39 @@ def measure_shape(shape: str, threads_list: list[int], args, work: Path, sentenc
             print(json.dumps(row), flush=True)
 
 
+def accuracy(shape: str, count: int, work: Path) -> list[dict]:
+    """Per layer, the cosine of each int8 engine's token vectors to ours float32 on the first `count` lines
+    of wiki_corpus test.txt, summarised as scripts/int8_accuracy.py does for ours (docs/performance.md)."""
+    from elmo.int8 import token_cosines
+    from elmo.onnx_export import export_onnx
+
+    directory = model_dir(shape, work)
+    lines = (SENTENCES.parent / "test.txt").read_text(encoding="utf-8").splitlines()[:count]
+    batches = sorted_batches(lines, 64)
+    fp32 = ours(directory, False)
+    export_onnx(load_embedder_bilm(directory), work / f"{shape}-accuracy-int8.onnx", int8=True)
+    engines = {"ours int8": ours(directory, True),
+               "onnxruntime int8": onnxruntime_engine(work / f"{shape}-accuracy-int8.onnx", torch.get_num_threads())}
+    cosines: dict[str, list[np.ndarray]] = {name: [] for name in engines}
+    for batch in batches:
+        reference = fp32(batch)
+        for name, embed in engines.items():
+            cosines[name] += [token_cosines(a, b) for a, b in zip(reference, embed(batch))]
+    rows = []
+    for name, parts in cosines.items():
+        cos = np.concatenate(parts, axis=1)
+        rows += [{"shape": shape, "engine": name, "layer": k, "tokens": cos.shape[1], "mean": float(cos[k].mean()),
+                  "min": float(cos[k].min()), "p0.1": float(np.percentile(cos[k], 0.1)),
+                  "below_0.995": int((cos[k] < 0.995).sum())} for k in range(cos.shape[0])]
+    return rows
+
+
+def load_embedder_bilm(directory: Path):
+    from elmo import load_bilm
+
+    return load_bilm(directory / "options.json", directory / "weights.hdf5")
+
+
 def markdown_table(results: dict) -> str:
     lines = ["| shape | threads | engine | tok/s (compute) | vs ours fp32 | whole process s | load s | peak RSS MB "
              "| ONNX file MB | to ours fp32: max diff / cosine mean / min |",
@@ -157,6 +194,14 @@ def markdown_table(results: dict) -> str:
         onnx_mb = f"{r['onnx_mb']:.1f}" if "onnx_mb" in r else "-"
         lines.append(f"| {r['shape']} | {r['threads']} | {r['engine']} | {r['tokens_per_s']:,.0f} | x{ratio:.2f} | "
                      f"{r['process_s']:.1f} | {r['load_s']:.1f} | {r['peak_rss_mb']:,.0f} | {onnx_mb} | {match} |")
+    return "\n".join(lines)
+
+
+def accuracy_table(results: dict) -> str:
+    lines = ["| shape | engine | layer | tokens | mean cosine | min cosine | 0.1th percentile | tokens < 0.995 |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['shape']} | {r['engine']} | {r['layer']} | {r['tokens']:,} | {r['mean']:.5f} | {r['min']:.5f} | "
+              f"{r['p0.1']:.5f} | {r['below_0.995']} |" for r in results["accuracy"]]
     return "\n".join(lines)
 
 
@@ -175,12 +220,23 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--out", default=str(HERE / "results" / "onnx-speed-cpu.json"))
     p.add_argument("--render", metavar="JSON", help="measure nothing: print the table of a results file")
+    p.add_argument("--accuracy", type=int, metavar="N",
+                   help="no timing: per layer, each int8 engine's cosine to ours float32 on the first N lines of "
+                   "wiki_corpus test.txt")
     args = p.parse_args()
     if args.mode == "worker":
         worker(args)
         return
     if args.render:
-        print(markdown_table(json.loads(Path(args.render).read_text())))
+        results = json.loads(Path(args.render).read_text())
+        print(accuracy_table(results) if "accuracy" in results else markdown_table(results))
+        return
+    if args.accuracy:
+        work = Path(tempfile.mkdtemp(prefix="elmo-onnx-accuracy-"))
+        rows = [row for shape in args.shapes.split(",") if shape for row in accuracy(shape, args.accuracy, work)]
+        save_results({"command": " ".join(sys.argv), "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                      "sentences": args.accuracy, "accuracy": rows}, Path(args.out))
+        print(accuracy_table({"accuracy": rows}))
         return
     if not SENTENCES.exists():
         sys.exit(f"needs {SENTENCES}")
