@@ -131,6 +131,11 @@ def score_test(model_dir: Path, data: Path) -> dict:
     return found
 
 
+def shown(path: Path) -> str:
+    """A path as the results show it: relative to the checkout (../runs/...), never this machine's own."""
+    return os.path.relpath(path.resolve(), REPO)
+
+
 def elmo_runners(nlp) -> list:
     from elmo.integrations.spacy_layers import MIX_NAME
 
@@ -142,7 +147,7 @@ def speed(args: argparse.Namespace) -> dict:
     import spacy
     from spacy.training import Corpus
 
-    pipelines = {str(run): spacy.load(run / "model-best") for run in args.runs}
+    pipelines = {shown(run): spacy.load(run / "model-best") for run in args.runs}
     texts = [eg.reference.text for eg in Corpus(args.data / SPLITS["test"])(spacy.blank("en"))]
     words = sum(len(t.split()) for t in texts)
     times: dict[str, list[float]] = {f"{name} {cache}": [] for name in pipelines for cache in ("cold", "warm")}
@@ -181,7 +186,7 @@ def reload(args: argparse.Namespace) -> dict:
         done = subprocess.run([sys.executable, "-c", PREDICT, str(args.run / "model-best"),
                                str(args.data / SPLITS["test"])], capture_output=True, text=True, check=True)
         found.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    return {"run": str(args.run), "identical": found[0] == found[1], "docs": len(found[0]["ents"]),
+    return {"run": shown(args.run), "identical": found[0] == found[1], "docs": len(found[0]["ents"]),
             "entities": sum(map(len, found[0]["ents"])), "ents_f": found[0]["ents_f"],
             "layer_weights": found[0]["layer_weights"]}
 
