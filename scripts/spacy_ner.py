@@ -199,8 +199,13 @@ def mean_sd(values: list[float]) -> str:
 
 
 def report(args: argparse.Namespace) -> str:
-    """The spaCy row beside our tagger's and flair's (docs/results.md), from ARM-sSEED.json."""
-    runs = {arm: [json.loads(p.read_text()) for p in sorted(args.results.glob(f"{arm}-s*.json"))]
+    return results_row(args.results)
+
+
+def results_row(folder: Path) -> str:
+    """The spaCy row beside our tagger's and flair's (docs/results.md), and the learned mix, from
+    FOLDER/ARM-sSEED.json (a renderer of results.md can call this)."""
+    runs = {arm: [json.loads(p.read_text()) for p in sorted(folder.glob(f"{arm}-s*.json"))]
             for arm in ("static", "elmo")}
     test = {arm: [100 * r["test"]["ents_f"] for r in runs[arm]] for arm in runs}
     dev = {arm: [100 * r["best_dev"]["score"] for r in runs[arm]] for arm in runs}
@@ -213,8 +218,9 @@ def report(args: argparse.Namespace) -> str:
     mix = " / ".join(f"{statistics.mean(w['weights'][k] for w in weights):.2f}" for k in range(3)) if weights else ""
     gamma = f"{statistics.mean(w['gamma'] for w in weights):.2f}" if weights else ""
     seeds = sorted({r["seed"] for arm in runs.values() for r in arm})
+    epochs = "/".join(str(e) for e in sorted({r["epochs_started"] for arm in runs.values() for r in arm}))
     return (f"| spaCy {runs['elmo'][0]['machine']['spacy'] if runs['elmo'] else ''} tok2vec + ner "
-            f"(3 epochs, {' / '.join(f'{minutes[a]:.0f}' for a in ('static', 'elmo') if a in minutes)} min a run, "
+            f"({epochs} epochs, {' / '.join(f'{minutes[a]:.0f}' for a in ('static', 'elmo') if a in minutes)} min a run, "
             f"seeds {', '.join(map(str, seeds))}) | {mean_sd(test['static'])} | {mean_sd(test['elmo'])} | {gain} | "
             f"{statistics.mean(dev['static']):.2f} / {statistics.mean(dev['elmo']):.2f} |\n\n"
             f"Learned mix (softmax weights, token layer first; mean over seeds): {mix}, gamma {gamma}.\n")
