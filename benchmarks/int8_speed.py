@@ -159,6 +159,7 @@ def time_processes(args, work: Path) -> dict:
                     got = runs[(label, precision)]
                     row[precision] = {key: statistics.median(r[key] for r in got) for key in ("process_s", "peak_rss_mb")}
                     row[precision]["all_s"] = [round(r["process_s"], 2) for r in got]
+                    row[precision]["fastest_s"] = min(r["process_s"] for r in got)
                 row["speedup"] = row["fp32"]["process_s"] / row["int8"]["process_s"]
                 row["rss_ratio"] = row["int8"]["peak_rss_mb"] / row["fp32"]["peak_rss_mb"]
                 results["rows"].append(row)
