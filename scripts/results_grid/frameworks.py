@@ -1,5 +1,5 @@
-"""The NER row of Table 1 through flair's SequenceTagger (issue #57): our ELMo inside another framework's tagger,
-beside our own tagger, with the same static vectors."""
+"""The NER row of Table 1 through other frameworks: flair's SequenceTagger (issue #57), with the same static vectors,
+and spaCy's own NER pipeline (issue #64), each beside our own tagger."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import statistics
 
 from .arms import DOCS_EXAMPLE_SKIP
 from .grid import Grid
-from .notebook import FLAIR_CONDITIONS
+from .notebook import FLAIR_CONDITIONS, SPACY_CONDITIONS
 from .stats import error_reduction, mean_std, reduction, scores
 
 FLAIR_COMMAND = ("python scripts/flair_ner.py --arm {arm} --seed 1 --epochs 15 --threads 1 "
@@ -35,20 +35,48 @@ def flair_row(runs: dict[str, list[dict]]) -> str:
             f"{mean_std(elmo) or 'not run'} | {gain} | {dev} |")
 
 
-def flair_section(grid: Grid, metrics: dict) -> list[str]:
-    """flair's tagger with `elmo.integrations.flair.ELMoEmbeddings` stacked on the static vectors, and without it."""
-    runs = flair_runs(grid)
+def ours_row(grid: Grid, metrics: dict) -> str:
+    """Our tagger's NER row (Table 1), for the tables that set another framework beside it."""
     ours_static, ours_elmo = (scores(grid, metrics, "ner", arm, 1.0) for arm in ("static", "elmo"))
     ours_dev = " / ".join(f"{statistics.mean(v):.2f}" if v else "" for v in
                           (scores(grid, metrics, "ner", arm, 1.0, "dev") for arm in ("static", "elmo")))
+    return (f"| ours (Table 1, {len(grid.seeds)} seeds) | {mean_std(ours_static)} | {mean_std(ours_elmo)} | "
+            f"{reduction(ours_static, ours_elmo)} | {ours_dev} |")
+
+
+def flair_section(grid: Grid, metrics: dict) -> list[str]:
+    """flair's tagger with `elmo.integrations.flair.ELMoEmbeddings` stacked on the static vectors, and without it."""
+    runs = flair_runs(grid)
     lines = ["## NER through flair: our ELMo in flair's SequenceTagger (issue #57)", "",
              "The same CoNLL-2003 splits and the same frozen word2vec vectors (loaded into flair's WordEmbeddings), with",
              "and without the bundled model through `elmo.integrations.flair.ELMoEmbeddings(\"default\", "
              "embedding_mode=\"all\")`;", "flair's own recipe (SGD lr 0.1 annealed on dev F1, batch 32, hidden 256, "
              "CRF), the best dev epoch's model scored. Span F1 (test), mean ± sd over seeds.", "",
              "| tagger | static | +ELMo | rel. error reduction | dev F1 static / +ELMo |", "|---|---:|---:|---:|---:|",
-             f"| ours (Table 1, {len(grid.seeds)} seeds) | {mean_std(ours_static)} | {mean_std(ours_elmo)} | "
-             f"{reduction(ours_static, ours_elmo)} | {ours_dev} |"]
+             ours_row(grid, metrics)]
     lines += [flair_row(runs) if any(runs.values()) else "| flair SequenceTagger | not run | not run | | |", "",
               *FLAIR_CONDITIONS, "", DOCS_EXAMPLE_SKIP, "```bash", *(FLAIR_COMMAND.format(arm=arm) for arm in ("static", "elmo")), FLAIR_RESCORE, "```", ""]
     return lines
+
+
+def spacy_section(grid: Grid, metrics: dict) -> list[str]:
+    """spaCy's NER pipeline with `elmo.ELMoEmbed.v1` (the learned mix beside MultiHashEmbed), and without it;
+    the row from scripts/spacy_ner.py's result files."""
+    from spacy_ner import results_row  # scripts/spacy_ner.py, beside this package
+
+    folder = grid.ner_arms.parent / "spacy-ner"
+    row = results_row(folder).rstrip("\n").split("\n") if any(folder.glob("*-s*.json")) else [
+        "| spaCy tok2vec + ner | not run | not run | | |"]
+    return ["## NER through spaCy: `elmo.ELMoEmbed.v1` in spaCy's own pipeline (issue #64)", "",
+            "spaCy's default CPU NER pipeline (`spacy init config -p ner -o efficiency`: tok2vec with MultiHashEmbed and a",
+            "MaxoutWindowEncoder, the transition-based NER), with the bundled model's learned scalar mix concatenated with",
+            "MultiHashEmbed (`examples/spacy/ner-elmo.cfg`) and without it (`examples/spacy/ner-static.cfg`); no static word",
+            "vectors in either arm. 3 epochs each (the six runs had to fit in about two hours of one core:",
+            "docs/integrations.md says why), model-best chosen on testa, testb scored with `nlp.evaluate`. Span F1 (test), mean",
+            "± sd over seeds.", "",
+            "| tagger | static | +ELMo | rel. error reduction | dev F1 static / +ELMo |", "|---|---:|---:|---:|---:|",
+            ours_row(grid, metrics), *row, "", *SPACY_CONDITIONS, "",
+            "<!-- example: skip a measurement (CPU-hours) -->", "```bash",
+            "scripts/spacy_ner_runs.sh ../runs/spacy-ner    # data/ from `spacy convert` (docs/integrations.md); "
+            "the six runs in turn",
+            "python scripts/spacy_ner.py report benchmarks/results/spacy-ner   # the spaCy row above", "```", ""]

@@ -15,6 +15,7 @@ NOTEBOOK = json.loads((Path(__file__).with_name("notebook.json")).read_text(enco
 GRID_STATIC_SHA256 = NOTEBOOK["grid_static_sha256"]  # the vectors Table 1's runs read (a rebuild on another CPU differs)
 PAIRED_ARMS_INTRO = NOTEBOOK["paired_arms_intro"]  # the machines and static vectors of the paired arms
 FLAIR_CONDITIONS = NOTEBOOK.get("flair_conditions", [])  # when and beside what the flair NER runs ran
+SPACY_CONDITIONS = NOTEBOOK.get("spacy_conditions", [])  # when and beside what the spaCy NER runs ran
 
 
 class ArmComparison(NamedTuple):

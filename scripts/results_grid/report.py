@@ -11,7 +11,7 @@ from elmo.fileio import hash_file
 from elmo.tasks.paper import PROBES
 
 from .arms import arm_comparisons_section, domain_tuning_section
-from .frameworks import flair_section
+from .frameworks import flair_section, spacy_section
 from .grid import FRACTIONS, TASK_NAMES, Grid, Run, static_command
 from .notebook import GRID_STATIC_SHA256
 from .ptb import ptb_logs, ptb_section
@@ -146,6 +146,6 @@ def render(grid: Grid, runs: list[Run], metrics: dict) -> tuple[str, dict]:
     ptb = ptb_logs()
     lines = [*header_section(grid, metrics, runs), *table1_section(grid, metrics), *curve_lines, *probe_lines,
              *weight_lines, *domain_tuning_section(grid), *arm_comparisons_section(grid),
-             *flair_section(grid, metrics), *ptb_section(ptb), *bars_section(grid, metrics, probe_rows), *commands_section(grid, runs)]
+             *flair_section(grid, metrics), *spacy_section(grid, metrics), *ptb_section(ptb), *bars_section(grid, metrics, probe_rows), *commands_section(grid, runs)]
     return "\n".join(lines), {"curve": curve, "probe_rows": probe_rows, "weights": weights, "ptb": ptb}
 
