@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from test_hub_download import hub_env  # noqa: F401 (fixture)
 
-from elmo.errors import ElmoError, ModelFileError
+from elmo.errors import ElmoError, InputError, ModelFileError
 
 pytest.importorskip("google_crc32c", reason="the `tf` extra (google-crc32c) is not installed")
 
@@ -910,3 +910,13 @@ def test_the_embedder_names_sentences_and_layers_that_are_not_lists(allennlp_dir
     embedder = elmo.Embedder.from_files(allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5")
     with pytest.raises(elmo.errors.InputError, match=needle):
         call(embedder)
+
+
+def test_66_nul_in_a_path_argument_is_one_line():
+    """#66: a NUL in a path given to a command's output check (`os.path.realpath` raised a bare ValueError)."""
+    from elmo.fileio import check_not_input
+
+    with pytest.raises(InputError, match=r"--options: 'a\\x00b' holds a NUL character"):
+        check_not_input("out.hdf5", {"--options": "a\x00b"})
+    with pytest.raises(InputError, match="OUTPUT: .* holds a NUL character"):
+        check_not_input("o\x00ut.hdf5", {"--options": "in.txt"})

@@ -245,8 +245,11 @@ def hdf5_output(path: str | os.PathLike, libver: str | None = None) -> Iterator[
         raw.check()
 
 
-def _real(path: str | os.PathLike) -> str:
-    return os.path.realpath(os.path.abspath(os.fspath(path)))
+def _real(path: str | os.PathLike, flag: str = "a path") -> str:
+    text = os.fspath(path)
+    if "\0" in str(text):  # os.path.realpath raises a bare ValueError on it
+        raise InputError(f"{flag}: {text!r} holds a NUL character, which no file name can contain")
+    return os.path.realpath(os.path.abspath(text))
 
 
 def _same(a: str, b: str) -> bool:
@@ -265,14 +268,14 @@ def check_not_input(output: str | os.PathLike, inputs: dict[str, object], flag: 
 
     `inputs` maps a flag name to a path or a list of paths (globs are expanded); None is skipped.
     """
-    out = _real(output)
+    out = _real(output, flag)
     for name, value in inputs.items():
         if value is None:
             continue
         for given in ([value] if isinstance(value, (str, os.PathLike)) else list(value)):
             matches = glob.glob(os.fspath(given)) if glob.has_magic(os.fspath(given)) else [os.fspath(given)]
             for path in matches:
-                real = _real(path)
+                real = _real(path, name)
                 if _same(out, real):
                     raise InputError(f"{output}: is {name} itself ({path}); writing {flag} there would destroy "
                                      f"the input, choose another {flag}")
