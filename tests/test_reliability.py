@@ -1038,7 +1038,7 @@ def test_elmo_refuses_arguments_out_of_range_by_name(micro_files, kwargs, needle
 
 
 @pytest.mark.parametrize("ids,needle", [
-    (lambda ids: ids.float(), "inputs must hold integer character ids .* found torch.float32"),
+    (lambda ids: ids.float(), "inputs must hold int64 \\(or int32\\) character ids .* found torch.float32"),
     (lambda ids: ids[0], "inputs must have shape \\(batch, tokens, 50\\) .* found \\(2, 50\\)"),
     (lambda ids: ids[..., :10], "found \\(1, 2, 10\\)"),
     (lambda ids: ids + 1000, "inputs hold character id 1\\d\\d\\d; ids are 0 \\(padding\\) to 261"),
