@@ -310,7 +310,7 @@ def test_train_export_embed_round_trip(tmp_path, fixture_run):
 
 def test_float16_export_reads_back_as_the_rounded_float32_weights(tmp_path, fixture_run):
     _, _, flags = fixture_run
-    run, model_dir = tmp_path / "run", tmp_path / "model16"
+    run, model_dir = tmp_path / "run", tmp_path / "models" / "model16"  # models/ does not exist yet: made
     assert cli_main(["train", *flags, "--max-steps", "2", "--out", str(run)]) == 0
     assert cli_main(["export", str(run), "-o", str(model_dir), "--float16"]) == 0
     lm, _, _ = load_run(run)

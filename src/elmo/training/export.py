@@ -69,6 +69,7 @@ def export_run(run_dir: str | os.PathLike, model_dir: str | os.PathLike, checkpo
     check_not_input(model_dir, {"RUN_DIR": run_dir, "--checkpoint": checkpoint}, flag="MODEL_DIR", folder=True)
     model, vocab, _, state = _load_run(run_dir, checkpoint)
     out = Path(model_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)  # `-o models/x` as save_bilm: the folders above are made
     names = (OPTIONS_NAME, WEIGHTS_NAME, SOFTMAX_NAME, VOCAB_NAME, MODEL_CARD_NAME)
     present = [n for n in names[:4] if (out / n).exists()]
     if present and not overwrite:
