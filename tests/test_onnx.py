@@ -166,6 +166,19 @@ def test_a_stateful_bilm_is_refused(tmp_path):
     assert not (tmp_path / "x.onnx").exists()
 
 
+def test_a_bilm_loaded_for_int8_only_is_refused(tmp_path):
+    """Its float32 weights were released (elmo.int8): the graph would read empty tensors."""
+    from elmo.int8 import quantize_bilm
+
+    if "fbgemm" not in torch.backends.quantized.supported_engines:
+        pytest.skip("int8 needs torch's fbgemm kernels, absent from this torch build")
+    bilm = random_bilm()
+    quantize_bilm(bilm, keep_float32=False)
+    with pytest.raises(InputError, match="int8 inference only"):
+        export_onnx(bilm, tmp_path / "x.onnx")
+    assert not (tmp_path / "x.onnx").exists()
+
+
 def test_cli_writes_the_file_and_refuses_to_overwrite(tmp_path, capsys, one_thread):
     d = MANYLANGS / "word_char"  # a model directory, as `elmo embed --model` takes it
     out = tmp_path / "model.onnx"

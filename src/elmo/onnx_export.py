@@ -174,8 +174,11 @@ def lstm_stack_graph(g: GraphBuilder, stack, x_tm: str, rows: str) -> list[str]:
 
 def build_model(bilm: BiLM):
     """The float32 ONNX model of a stateless `bilm` (on the CPU, float32; int8 conversions are ignored:
-    the graph reads the float32 parameters, which `elmo.int8` never changes)."""
+    the graph reads the float32 parameters, so a biLM loaded for int8 only is refused)."""
     onnx = _onnx()
+    if getattr(bilm, "float32_released", False):
+        raise InputError("ONNX export reads the float32 weights, and this biLM was loaded for int8 inference only "
+                         "(int8=True); load the model without int8 (elmo export-onnx --int8 quantizes the graph)")
     if bilm.stateful:
         raise InputError("ONNX export is stateless: load the model without stateful=True (the graph cannot carry "
                          "LSTM state between calls)")
