@@ -141,7 +141,7 @@ def time_processes(args, work: Path) -> dict:
     results = {"machine": machine(),
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
                "sentences": len(lines), "tokens": sum(len(line.split()) for line in lines), "passes": args.passes,
-               "batch_size": args.batch_size, "codes": codes, "rows": []}
+               "batch_size": args.batch_size, "codes": sorted(codes), "rows": []}  # labels: a path is this machine's
     for shape in [s for s in args.shapes.split(",") if s]:
         options, weights = model_files(shape, work)
         for threads in [int(t) for t in args.threads.split(",")]:

@@ -119,10 +119,10 @@ def main() -> None:
         sentences, _ = write_sentences(work, 400)
         results = {"machine": machine(),
                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": __import__("torch").__version__,
-                   "pairs": args.pairs, "codes": codes}
+                   "pairs": args.pairs, "codes": sorted(codes)}  # labels: a src/ folder's path is this machine's
         if args.only and args.out and args.out.exists():  # keep the other measurement, with its own date
             kept = json.loads(args.out.read_text())
-            results = {**kept, "codes": codes, "pairs": args.pairs,
+            results = {**kept, "codes": sorted(codes), "pairs": args.pairs,
                        f"{args.only}_date": results["date"], "date": kept["date"]}
         if args.only != "embed":
             results["stages"] = stages(codes, models, args.pairs)
