@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -149,3 +150,14 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def relative_model_dir(tmp_path, allennlp_dir, monkeypatch) -> str:
+    """The tiny fixture biLM as a model folder "model", named relative to the current directory (tmp_path):
+    what a saved spaCy pipeline or config names."""
+    (tmp_path / "model").mkdir()
+    shutil.copy(allennlp_dir / "options.json", tmp_path / "model" / "options.json")
+    shutil.copy(allennlp_dir / "lm_weights.hdf5", tmp_path / "model" / "weights.hdf5")
+    monkeypatch.chdir(tmp_path)
+    return "model"

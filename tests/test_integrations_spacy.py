@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 
@@ -24,29 +23,19 @@ from elmo.integrations.spacy import add_vector_hooks, cosine, layer_view  # noqa
 TEXTS = ["The bank raised its rates.", "She sat on the river bank.", "Banks lend money.", "", "Hello"]
 
 
-@pytest.fixture
-def fixture_model(tmp_path, allennlp_dir, monkeypatch):
-    """The tiny fixture biLM as a model folder "model" (relative: the current directory is tmp_path)."""
-    (tmp_path / "model").mkdir()
-    shutil.copy(allennlp_dir / "options.json", tmp_path / "model" / "options.json")
-    shutil.copy(allennlp_dir / "lm_weights.hdf5", tmp_path / "model" / "weights.hdf5")
-    monkeypatch.chdir(tmp_path)
-    return "model"
-
-
 def blank(config: dict):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config=config)
     return nlp
 
 
-def test_layers_tensor_vectors_and_similarity_equal_the_embedders(fixture_model, one_thread):
-    nlp = blank({"model": fixture_model, "batch_size": 2})
+def test_layers_tensor_vectors_and_similarity_equal_the_embedders(relative_model_dir, one_thread):
+    nlp = blank({"model": relative_model_dir, "batch_size": 2})
     calls = []
     nlp.get_pipe("elmo").bilm.register_forward_hook(lambda module, args, out: calls.append(args[0].shape[0]))
     docs = list(nlp.pipe(TEXTS))
     assert calls == [2, 2, 1]  # nlp.pipe embeds batch_size docs per biLM pass
-    want = elmo.Embedder.from_model(fixture_model).embed_sentences([[t.text for t in d] for d in docs])
+    want = elmo.Embedder.from_model(relative_model_dir).embed_sentences([[t.text for t in d] for d in docs])
     for doc, layers in zip(docs, want):
         np.testing.assert_allclose(doc._.elmo, layers, atol=1e-6, rtol=0)
         np.testing.assert_array_equal(doc.tensor, layer_view(doc._.elmo, "all"))
@@ -67,8 +56,8 @@ def test_layers_tensor_vectors_and_similarity_equal_the_embedders(fixture_model,
 
 
 @pytest.mark.parametrize("layers", ["top", "average", [0.5, 0.25, 0.25]])
-def test_layer_choices_and_a_fixed_mix(fixture_model, layers, one_thread):
-    doc = blank({"model": fixture_model, "layers": layers})(TEXTS[0])
+def test_layer_choices_and_a_fixed_mix(relative_model_dir, layers, one_thread):
+    doc = blank({"model": relative_model_dir, "layers": layers})(TEXTS[0])
     stacked = doc._.elmo
     expected = {"top": stacked[-1], "average": stacked.mean(axis=0)}.get(
         layers if isinstance(layers, str) else "", 0.5 * stacked[0] + 0.25 * stacked[1] + 0.25 * stacked[2])
@@ -76,7 +65,7 @@ def test_layer_choices_and_a_fixed_mix(fixture_model, layers, one_thread):
     np.testing.assert_allclose(doc[0].vector, expected[0], rtol=1e-6, atol=1e-7)
 
 
-def test_beside_another_component_that_writes_the_tensor(fixture_model, one_thread):
+def test_beside_another_component_that_writes_the_tensor(relative_model_dir, one_thread):
     @spacy.Language.component("test_writes_tensor")
     def writes_tensor(doc):
         doc.tensor = np.ones((len(doc), 4), dtype=np.float32)
@@ -85,7 +74,7 @@ def test_beside_another_component_that_writes_the_tensor(fixture_model, one_thre
     for mode, width in (("set", 32), ("append", 36), ("none", 4)):
         nlp = spacy.blank("en")
         nlp.add_pipe("test_writes_tensor")
-        nlp.add_pipe("elmo", config={"model": fixture_model, "layers": "top", "tensor": mode})
+        nlp.add_pipe("elmo", config={"model": relative_model_dir, "layers": "top", "tensor": mode})
         doc = nlp(TEXTS[0])
         assert doc.tensor.shape == (len(doc), width), mode
         if mode == "append":
@@ -94,13 +83,13 @@ def test_beside_another_component_that_writes_the_tensor(fixture_model, one_thre
         np.testing.assert_array_equal(doc[0].vector, doc._.elmo[-1][0])  # the hooks read doc._.elmo, not the tensor
 
 
-def test_bad_settings_are_refused(fixture_model):
+def test_bad_settings_are_refused(relative_model_dir):
     with pytest.raises(InputError, match="tensor must be one of"):
-        blank({"model": fixture_model, "tensor": "overwrite"})
+        blank({"model": relative_model_dir, "tensor": "overwrite"})
     with pytest.raises(InputError, match="layers"):
-        blank({"model": fixture_model, "layers": "bottom"})
+        blank({"model": relative_model_dir, "layers": "bottom"})
     with pytest.raises(InputError, match="3 layers"):
-        blank({"model": fixture_model, "layers": [1.0, 0.0]})("a b")
+        blank({"model": relative_model_dir, "layers": [1.0, 0.0]})("a b")
 
 
 LOAD = r"""
@@ -114,8 +103,8 @@ print(json.dumps([d[0].similarity(d[-1]) for d in docs]))
 """
 
 
-def test_to_disk_then_spacy_load_in_a_new_process_with_the_model_files_moved_away(tmp_path, fixture_model, one_thread):
-    nlp = blank({"model": fixture_model, "layers": "average"})
+def test_to_disk_then_spacy_load_in_a_new_process_with_the_model_files_moved_away(tmp_path, relative_model_dir, one_thread):
+    nlp = blank({"model": relative_model_dir, "layers": "average"})
     texts = TEXTS[:3]
     want = list(nlp.pipe(texts))
     nlp.to_disk(tmp_path / "pipeline")
@@ -132,8 +121,8 @@ def test_to_disk_then_spacy_load_in_a_new_process_with_the_model_files_moved_awa
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [d[0].similarity(d[-1]) for d in want]
 
 
-def test_what_to_bytes_and_docbin_keep(fixture_model, one_thread):
-    nlp = blank({"model": fixture_model})
+def test_what_to_bytes_and_docbin_keep(relative_model_dir, one_thread):
+    nlp = blank({"model": relative_model_dir})
     doc = nlp(TEXTS[0])
     back = Doc(nlp.vocab).from_bytes(doc.to_bytes())  # tensor and user data (doc._.elmo) kept, hooks not
     np.testing.assert_array_equal(back.tensor, doc.tensor)
@@ -149,8 +138,8 @@ def test_what_to_bytes_and_docbin_keep(fixture_model, one_thread):
         add_vector_hooks(lost)
 
 
-def test_nlp_to_bytes_carries_the_model(fixture_model, one_thread):
-    nlp = blank({"model": fixture_model, "layers": "top"})
+def test_nlp_to_bytes_carries_the_model(relative_model_dir, one_thread):
+    nlp = blank({"model": relative_model_dir, "layers": "top"})
     want = nlp(TEXTS[1]).tensor
     copy = spacy.blank("en")
     copy.add_pipe("elmo", config={"model": "never-read", "layers": "top"})

@@ -5,7 +5,6 @@ what analyze_pipes says it assigns, and from_bytes on bytes that are not an elmo
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 
@@ -16,16 +15,6 @@ spacy = pytest.importorskip("spacy", reason="needs spaCy v3 (pip install 'elmo-b
 import srsly  # noqa: E402
 
 from elmo.errors import ModelFileError  # noqa: E402
-
-
-@pytest.fixture
-def fixture_model(tmp_path, allennlp_dir, monkeypatch):
-    """The tiny fixture biLM as a model folder "model" (relative: the current directory is tmp_path)."""
-    (tmp_path / "model").mkdir()
-    shutil.copy(allennlp_dir / "options.json", tmp_path / "model" / "options.json")
-    shutil.copy(allennlp_dir / "lm_weights.hdf5", tmp_path / "model" / "weights.hdf5")
-    monkeypatch.chdir(tmp_path)
-    return "model"
 
 
 PROCESSES_SCRIPT = r"""
@@ -54,7 +43,7 @@ print(json.dumps(found))
 
 
 @pytest.mark.slow
-def test_n_process_2_after_the_parent_ran_neither_hangs_nor_loses_the_vectors(fixture_model):
+def test_n_process_2_after_the_parent_ran_neither_hangs_nor_loses_the_vectors(relative_model_dir):
     """Run in a child with a timeout: before the fix it waited forever in libgomp; after it, every Doc that comes
     back from a worker has the same layers and the same vectors and similarities as with n_process=1."""
     done = subprocess.run([sys.executable, "-c", PROCESSES_SCRIPT], env=dict(subprocess_env(), OMP_NUM_THREADS="2"),
@@ -71,9 +60,9 @@ def test_n_process_2_after_the_parent_ran_neither_hangs_nor_loses_the_vectors(fi
     assert "W109" not in done.stderr  # the workers no longer set hooks that spaCy would have to drop
 
 
-def test_analyze_pipes_shows_what_the_component_assigns(fixture_model):
+def test_analyze_pipes_shows_what_the_component_assigns(relative_model_dir):
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"model": fixture_model})
+    nlp.add_pipe("elmo", config={"model": relative_model_dir})
     assigns = nlp.analyze_pipes(pretty=False)["summary"]["elmo"]["assigns"]
     assert {"doc._.elmo", "doc.tensor", "doc.user_token_hooks"} <= set(assigns)
 
@@ -93,9 +82,9 @@ def garbage_cases(good: bytes) -> list[tuple[object, str]]:
     ]
 
 
-def test_from_bytes_refuses_what_is_not_an_elmo_component_in_one_line(fixture_model, one_thread):
+def test_from_bytes_refuses_what_is_not_an_elmo_component_in_one_line(relative_model_dir, one_thread):
     nlp = spacy.blank("en")
-    component = nlp.add_pipe("elmo", config={"model": fixture_model})
+    component = nlp.add_pipe("elmo", config={"model": relative_model_dir})
     good = component.to_bytes()
     for data, says in garbage_cases(good):
         with pytest.raises(ModelFileError, match=says) as caught:

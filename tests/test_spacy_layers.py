@@ -26,16 +26,6 @@ from elmo.scalar_mix import ScalarMix  # noqa: E402
 SENTENCES = [["The", "bank", "raised", "rates", "."], ["She", "sat", "on", "the", "river", "bank", "."], ["Hi"]]
 
 
-@pytest.fixture
-def fixture_model(tmp_path, allennlp_dir, monkeypatch):
-    """The tiny fixture biLM as a model folder "model" (relative: the current directory is tmp_path)."""
-    (tmp_path / "model").mkdir()
-    shutil.copy(allennlp_dir / "options.json", tmp_path / "model" / "options.json")
-    shutil.copy(allennlp_dir / "lm_weights.hdf5", tmp_path / "model" / "weights.hdf5")
-    monkeypatch.chdir(tmp_path)
-    return "model"
-
-
 def docs_of(sentences, vocab=None) -> list[Doc]:
     vocab = vocab or spacy.blank("en").vocab
     return [Doc(vocab, words=words) for words in sentences]
@@ -47,13 +37,13 @@ def initialized_mix(model: str, dropout: float = 0.0, cache_mb: int = 64):
     return mix
 
 
-def test_the_mix_and_its_gradients_equal_scalar_mix_on_the_embedders_layers(fixture_model, one_thread):
-    mix = initialized_mix(fixture_model)
+def test_the_mix_and_its_gradients_equal_scalar_mix_on_the_embedders_layers(relative_model_dir, one_thread):
+    mix = initialized_mix(relative_model_dir)
     w, gamma = np.array([0.3, -1.2, 0.7], dtype=np.float32), 1.7
     mix.set_param("scalar_weights", w.copy())
     mix.set_param("gamma", np.array([gamma], dtype=np.float32))
     outputs, backprop = mix(docs_of(SENTENCES), is_train=True)  # dropout 0: training changes nothing but gradients
-    layers = elmo.Embedder.from_model(fixture_model).embed_sentences(SENTENCES)
+    layers = elmo.Embedder.from_model(relative_model_dir).embed_sentences(SENTENCES)
     reference = ScalarMix(3, initial_scalar_parameters=w.tolist())
     with torch.no_grad():
         reference.gamma.fill_(gamma)
@@ -70,8 +60,8 @@ def test_the_mix_and_its_gradients_equal_scalar_mix_on_the_embedders_layers(fixt
     np.testing.assert_allclose(mix.get_grad("gamma"), reference.gamma.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
-def test_dropout_applies_in_training_only(fixture_model, one_thread):
-    mix = initialized_mix(fixture_model, dropout=0.5)
+def test_dropout_applies_in_training_only(relative_model_dir, one_thread):
+    mix = initialized_mix(relative_model_dir, dropout=0.5)
     docs = docs_of(SENTENCES[:2])
     plain = mix.predict(docs)
     dropped, _ = mix(docs, is_train=True)
@@ -82,8 +72,8 @@ def test_dropout_applies_in_training_only(fixture_model, one_thread):
                                rtol=1e-6)
 
 
-def test_the_cache_changes_nothing_and_is_bounded(fixture_model, one_thread):
-    mix = initialized_mix(fixture_model)
+def test_the_cache_changes_nothing_and_is_bounded(relative_model_dir, one_thread):
+    mix = initialized_mix(relative_model_dir)
     runner = mix.attrs["elmo_runner"]
     first = mix.predict(docs_of(SENTENCES))
     assert (runner.hits, runner.misses, len(runner.cache)) == (0, 3, 3)
@@ -91,14 +81,14 @@ def test_the_cache_changes_nothing_and_is_bounded(fixture_model, one_thread):
     assert (runner.hits, runner.misses) == (3, 3)
     for a, b in zip(first, again):
         np.testing.assert_array_equal(a, b)
-    uncached = initialized_mix(fixture_model, cache_mb=0)
+    uncached = initialized_mix(relative_model_dir, cache_mb=0)
     for a, b in zip(first, uncached.predict(docs_of(SENTENCES))):
         np.testing.assert_allclose(a, b, atol=1e-6, rtol=0)
     assert len(uncached.attrs["elmo_runner"].cache) == 0
 
 
-def test_a_doc_with_sentence_boundaries_runs_each_sentence_alone(fixture_model, one_thread):
-    mix = initialized_mix(fixture_model)
+def test_a_doc_with_sentence_boundaries_runs_each_sentence_alone(relative_model_dir, one_thread):
+    mix = initialized_mix(relative_model_dir)
     words = SENTENCES[0] + SENTENCES[1]
     doc = Doc(spacy.blank("en").vocab, words=words, sent_starts=[i in (0, 5) for i in range(len(words))])
     (together,) = mix.predict([doc])
@@ -117,8 +107,8 @@ def test_bad_settings_are_refused(kwargs, says):
         elmo_embed(**kwargs)
 
 
-def saved_mix(fixture_model):
-    mix = initialized_mix(fixture_model)
+def saved_mix(relative_model_dir):
+    mix = initialized_mix(relative_model_dir)
     mix.predict(docs_of(SENTENCES[:1]))
     return mix.to_bytes()
 
@@ -130,23 +120,23 @@ def saved_mix(fixture_model):
     (lambda m: m.attrs.__setitem__("elmo_files", {"options.json": b"{}"}), "expected the ELMo files"),
     (lambda m: m.attrs.__setitem__("elmo_files", {"options.json": b"{", "weights.hdf5": b"x"}), "options"),
 ])
-def test_numbers_and_files_read_back_from_a_saved_layer_are_checked(fixture_model, change, says, one_thread):
+def test_numbers_and_files_read_back_from_a_saved_layer_are_checked(relative_model_dir, change, says, one_thread):
     """A saved model can hold anything: each restored number and file is refused in one line, as options.json is."""
-    tampered = initialized_mix(fixture_model)
+    tampered = initialized_mix(relative_model_dir)
     change(tampered)
-    fresh = elmo_mix(fixture_model, 0.0, 64).from_bytes(tampered.to_bytes())
+    fresh = elmo_mix(relative_model_dir, 0.0, 64).from_bytes(tampered.to_bytes())
     with pytest.raises(ModelFileError, match=says):
         fresh.predict(docs_of(SENTENCES[:1]))
 
 
-def layer_weights_of_untrained(fixture_model):
-    model = elmo_embed(8, fixture_model, dropout=0.0)
+def layer_weights_of_untrained(relative_model_dir):
+    model = elmo_embed(8, relative_model_dir, dropout=0.0)
     model.initialize(X=docs_of(SENTENCES))
     return layer_weights(model)
 
 
-def test_layer_weights_start_equal_and_can_be_read(fixture_model, one_thread):
-    found = layer_weights_of_untrained(fixture_model)
+def test_layer_weights_start_equal_and_can_be_read(relative_model_dir, one_thread):
+    found = layer_weights_of_untrained(relative_model_dir)
     assert list(found) == ["model"]
     np.testing.assert_allclose(found["model"]["weights"], [1 / 3] * 3)
     assert found["model"]["gamma"] == 1.0
@@ -178,7 +168,7 @@ print(json.dumps({"ents": [[(e.start, e.end, e.label_) for e in d.ents] for d in
 
 
 @pytest.mark.slow
-def test_the_example_config_trains_saves_and_loads_in_a_new_process(tmp_path, fixture_model):
+def test_the_example_config_trains_saves_and_loads_in_a_new_process(tmp_path, relative_model_dir):
     """`python -m spacy train examples/spacy/ner-elmo.cfg` finds the architecture through the entry point (no
     import), and the saved pipeline loads with the model folder gone: identical tok2vec output and entities."""
     nlp = spacy.blank("en")
