@@ -161,3 +161,20 @@ def relative_model_dir(tmp_path, allennlp_dir, monkeypatch) -> str:
     shutil.copy(allennlp_dir / "lm_weights.hdf5", tmp_path / "model" / "weights.hdf5")
     monkeypatch.chdir(tmp_path)
     return "model"
+
+
+def make_config(**overrides):
+    """A small biLM config (two layers, skip connections, four filter banks, two highways); overrides as
+    {"lstm.dim": 32, "char_cnn.activation": "tanh", ...}."""
+    from elmo.options import BiLMConfig
+
+    options = {
+        "lstm": {"dim": 24, "projection_dim": 8, "n_layers": 2, "cell_clip": 3, "proj_clip": 3,
+                 "use_skip_connections": True},
+        "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 4], [2, 6], [3, 8], [7, 5]], "n_highway": 2,
+                     "activation": "relu", "n_characters": 262, "max_characters_per_token": 50},
+    }
+    for key, value in overrides.items():
+        section, name = key.split(".")
+        options[section][name] = value
+    return BiLMConfig.from_options(options)

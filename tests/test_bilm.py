@@ -3,9 +3,10 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import make_config
 from reference import bilm_sentence, char_encoder
 
-from elmo import BiLMConfig, batch_to_ids, remove_sentence_boundaries
+from elmo import batch_to_ids, remove_sentence_boundaries
 from elmo import bilm as bilm_module
 from elmo import lstm_kernels
 from elmo.bilm import BiLM
@@ -17,19 +18,6 @@ SENTENCES = [
     ["a•", "ünïcödé", "x" * 70, "日本語"],
     ["one"],
 ]
-
-
-def make_config(**overrides) -> BiLMConfig:
-    options = {
-        "lstm": {"dim": 24, "projection_dim": 8, "n_layers": 2, "cell_clip": 3, "proj_clip": 3,
-                 "use_skip_connections": True},
-        "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 4], [2, 6], [3, 8], [7, 5]], "n_highway": 2,
-                     "activation": "relu", "n_characters": 262, "max_characters_per_token": 50},
-    }
-    for key, value in overrides.items():
-        section, name = key.split(".")
-        options[section][name] = value
-    return BiLMConfig.from_options(options)
 
 
 ARCHITECTURES = {

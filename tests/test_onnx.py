@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import ALLENNLP, BILM_TF, need
+from conftest import ALLENNLP, BILM_TF, make_config, need
 
 from elmo import BiLMConfig, Embedder
 from elmo.bilm import BiLM
@@ -70,17 +70,8 @@ def test_fixture_models(fixture, tmp_path, one_thread):
 
 
 def random_bilm(**overrides) -> BiLM:
-    options = {
-        "lstm": {"dim": 24, "projection_dim": 8, "n_layers": 2, "cell_clip": 3, "proj_clip": 3,
-                 "use_skip_connections": True},
-        "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 4], [2, 6], [3, 8], [7, 5]], "n_highway": 2,
-                     "activation": "relu", "n_characters": 262, "max_characters_per_token": 50},
-    }
-    for key, value in overrides.items():
-        section, name = key.split(".")
-        options[section][name] = value
     torch.manual_seed(len(overrides))
-    return BiLM(BiLMConfig.from_options(options))
+    return BiLM(make_config(**overrides))
 
 
 ARCHITECTURES = {
