@@ -50,9 +50,9 @@ def test_steps_in_blocks_give_the_numbers_of_all_steps_at_once(allennlp_dir, fix
     options, weights = _files(allennlp_dir, "allennlp-elmo")
     embedder = Embedder.from_files(options, weights, int8=True)
     sentences = [s.split() for batch in fixture_sentences for s in batch]
-    monkeypatch.setattr(elmo.int8._Int8Steps, "STEPS_PER_BLOCK", 10_000)
+    monkeypatch.setattr(elmo.int8._Int8Steps, "ROWS_PER_BLOCK", 1_000_000)
     whole = embedder.embed_sentences(sentences)
-    monkeypatch.setattr(elmo.int8._Int8Steps, "STEPS_PER_BLOCK", 2)
+    monkeypatch.setattr(elmo.int8._Int8Steps, "ROWS_PER_BLOCK", 5)  # one step a block where a step has 5+ rows
     for a, b in zip(whole, embedder.embed_sentences(sentences)):
         np.testing.assert_array_equal(a, b)
 

@@ -45,6 +45,24 @@ def keep_freed_memory() -> bool:
     return _applied
 
 
+def return_freed_memory() -> bool:
+    """Hand the heap's free pages back to the OS now (glibc's `malloc_trim`); True when it ran.
+
+    For a one-off release that should show in RSS, such as the float32 weights an int8 load converts
+    and frees part by part: freed between other allocations, they would otherwise stay resident as free
+    heap (90 MB at the `original` shapes, measured). Does nothing off Linux/glibc.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    trim(0)
+    return True
+
+
 def physical_memory() -> int | None:
     """Bytes of RAM, where the OS says (None elsewhere: no check)."""
     try:

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .allocator import check_fits_memory
+from .boundaries import add_sentence_boundaries, join_directions, remove_sentence_boundaries, reverse_index  # noqa: F401  (add/remove: their old home)
 from .chars import BOS_IDS, EOS_IDS, N_CODES, PAD_CHAR, Lexicon, batch_to_ids
 from .errors import InputError
 from .lstm_kernels import Float32Products, LstmState, StepProducts, packed_steps
@@ -228,7 +229,8 @@ class LstmLayer(nn.Module):
         products = self._products(packed_steps(x, active), active, self.B + self._forget_one(), x, state)
         c, h = state
         done_c, done_h = [], []  # final states of rows that ended, latest-ending first after the reversal below
-        outputs = []
+        outputs: list[torch.Tensor] = []
+        written = None  # without autograd, each step's h goes straight into one (B, T, out) buffer: no stack copy
         for t, n in enumerate(active):
             if n < c.shape[0]:  # rows n.. ended at the previous step
                 done_c.append(c[n:])
@@ -243,10 +245,17 @@ class LstmLayer(nn.Module):
                 h = products.project(h)
                 if self.proj_clip is not None:
                     h = h.clamp(-self.proj_clip, self.proj_clip)
-            outputs.append(h if n == batch else F.pad(h, (0, 0, 0, batch - n)))
-        while len(outputs) < steps:
-            outputs.append(x.new_zeros(batch, self.out_dim))
-        out = torch.stack(outputs, dim=1) if outputs else x.new_zeros(batch, 0, self.out_dim)
+            if torch.is_grad_enabled():
+                outputs.append(h if n == batch else F.pad(h, (0, 0, 0, batch - n)))
+                continue
+            if written is None:
+                written = h.new_zeros(batch, steps, self.out_dim)
+            written[:n, t] = h
+        if written is not None:
+            out = written
+        else:
+            outputs += [x.new_zeros(batch, self.out_dim)] * (steps - len(outputs))
+            out = torch.stack(outputs, dim=1) if outputs else x.new_zeros(batch, 0, self.out_dim)
         if done_c:
             c, h = torch.cat([c, *done_c[::-1]]), torch.cat([h, *done_h[::-1]])
         return out, (c.contiguous(), h.contiguous())
@@ -301,7 +310,8 @@ class LstmStack(nn.Module):
                 inp = F.dropout(inp, self.dropout, training=True)
             out, final = layer(inp, lengths, state)
             if k > 0 and self.config.use_skip_connections:
-                out = out + inp
+                in_place = not torch.is_grad_enabled() and out.dtype == inp.dtype  # `out` is this call's own
+                out = out.add_(inp) if in_place else out + inp
             outputs.append(out)
             finals.append(final)
             inp = out
@@ -314,36 +324,6 @@ class BiLMOutput:
 
     layers: list[torch.Tensor]
     mask: torch.Tensor
-
-
-def add_sentence_boundaries(
-    x: torch.Tensor, mask: torch.Tensor, bos: torch.Tensor, eos: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Insert `bos` before and `eos` right after each row's tokens: (B, T, ...) -> (B, T+2, ...)."""
-    batch, steps = mask.shape
-    lengths = mask.sum(1)
-    out = x.new_zeros((batch, steps + 2) + tuple(x.shape[2:]))
-    out[:, 1 : steps + 1] = x
-    out[:, 0] = bos
-    out[torch.arange(batch, device=x.device), lengths + 1] = eos.to(out.dtype)
-    new_mask = torch.arange(steps + 2, device=mask.device).unsqueeze(0) < (lengths + 2).unsqueeze(1)
-    return out, new_mask
-
-
-def remove_sentence_boundaries(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Drop the first and each row's last valid position: (B, T+2, ...) -> (B, T, ...) and mask."""
-    lengths = mask.sum(1) - 2
-    steps = x.shape[1] - 2
-    new_mask = torch.arange(steps, device=mask.device).unsqueeze(0) < lengths.unsqueeze(1)
-    out = x[:, 1 : steps + 1] * new_mask.view(new_mask.shape + (1,) * (x.dim() - 2)).to(x.dtype)
-    return out, new_mask
-
-
-def _reverse_index(lengths: torch.Tensor, steps: int) -> torch.Tensor:
-    """Index (B, T) that reverses each row's first lengths[b] steps and leaves padding in place."""
-    t = torch.arange(steps, device=lengths.device).unsqueeze(0)
-    rev = lengths.unsqueeze(1) - 1 - t
-    return torch.where(rev >= 0, rev, t)
 
 
 class BiLM(nn.Module):
@@ -419,8 +399,8 @@ class BiLM(nn.Module):
             raise InputError("token_vectors needs its mask")
         bos, eos = self.boundary_vectors()
         x, mask = add_sentence_boundaries(token_vectors, mask, bos, eos)
-        x = x * mask.unsqueeze(-1).to(x.dtype)
-        return self.contextualize(x, mask)
+        del token_vectors  # x is a new tensor: the padded batch is held once
+        return self.contextualize(x.mul_(mask.unsqueeze(-1).to(x.dtype)), mask)
 
     def contextualize(self, x: torch.Tensor, mask: torch.Tensor) -> BiLMOutput:
         """Token vectors with markers (B, T+2, P) -> all layers (doc 4.6-4.7)."""
@@ -431,19 +411,21 @@ class BiLM(nn.Module):
         unsort = torch.argsort(order)
         lengths_sorted = lengths[order]
         x_sorted = x if in_order else x[order]
-        rev = _reverse_index(lengths_sorted, steps)
+        rev = reverse_index(lengths_sorted, steps)
         x_reversed = torch.gather(x_sorted, 1, rev.unsqueeze(-1).expand_as(x_sorted))
 
         stacks = {"forward": self.forward_lstm, "backward": self.backward_lstm}
         fwd_states, bwd_states = self._states.initial(stacks, batch, x, order) if self.stateful else (None, None)
         fwd, fwd_final = self.forward_lstm(x_sorted, lengths_sorted, fwd_states)
+        del x_sorted
         bwd, bwd_final = self.backward_lstm(x_reversed, lengths_sorted, bwd_states)
+        del x_reversed
         if self.stateful:
             self._states.store(fwd_final, bwd_final, unsort)
 
         layers = [torch.cat([x, x], dim=-1)]
-        for f, b in zip(fwd, bwd):
-            b = torch.gather(b, 1, rev.unsqueeze(-1).expand_as(b))
-            both = torch.cat([f, b], dim=-1)
+        fwd.reverse(), bwd.reverse()  # popped from the end: each layer's halves are freed once joined
+        while fwd:
+            both = join_directions(fwd.pop(), bwd.pop(), rev)
             layers.append(both if in_order else both[unsort])
         return BiLMOutput(layers=layers, mask=mask)

@@ -22,6 +22,7 @@ which saturates with full-range activations (the check in `check_kernel` would c
 
 from __future__ import annotations
 
+import bisect
 import warnings
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
@@ -29,6 +30,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
+from .allocator import return_freed_memory
 from .errors import ElmoError
 from .lstm_kernels import StepProducts
 
@@ -200,11 +202,13 @@ class Int8LstmProducts:
 
 
 class _Int8Steps:
-    """One call's int8 products (a `StepProducts`). The input products are made STEPS_PER_BLOCK steps at
-    a time, as the steps come: the same numbers as all at once (each row is quantized by itself), but
-    at most one block of (rows, 4 x cells) float32 gate inputs is held instead of the whole sentence's."""
+    """One call's int8 products (a `StepProducts`). The input products are made a block of steps at a
+    time, as the steps come: the same numbers as all at once (each row is quantized by itself), but at
+    most one block of (rows, 4 x cells) float32 gate inputs is held instead of the whole sentence's. A
+    block is as many steps as fit in ROWS_PER_BLOCK rows (at least one step): 16 MB at the original's
+    4 x 4096 cells, and fbgemm runs 256 rows as fast per row as 1,024 (docs/performance.md)."""
 
-    STEPS_PER_BLOCK = 16
+    ROWS_PER_BLOCK = 256
 
     def __init__(self, packed: torch.Tensor, active: list[int], input_linear: Int8Linear, recurrent: Int8Linear,
                  projection: Int8Linear | None):
@@ -215,7 +219,7 @@ class _Int8Steps:
 
     def _input_product(self, t: int) -> torch.Tensor:
         if not self.block_start <= t < self.block_start + len(self.block):
-            end = min(t + self.STEPS_PER_BLOCK, len(self.active))
+            end = bisect.bisect_right(self.starts, self.starts[t] + self.ROWS_PER_BLOCK, lo=t + 2) - 1
             self.block = []  # the previous block's memory is free before the next is made
             rows = self.packed[self.starts[t] : self.starts[end]]
             self.block_start, self.block = t, list(self.input(rows).split(self.active[t:end]))
@@ -282,6 +286,8 @@ def quantize_bilm(bilm, keep_float32: bool = True) -> None:
             convert(keep_float32)
     bilm.float32_released = not keep_float32
     bilm.token_cache.clear()
+    if not keep_float32:
+        return_freed_memory()
 
 
 def is_quantized(bilm) -> bool:
