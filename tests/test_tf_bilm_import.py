@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
-from conftest import BILM_TF, need
+from conftest import BILM_TF, need, subprocess_env
 
 import elmo
 from elmo.cli import main
@@ -175,3 +177,14 @@ def test_a_run_directory_or_prefix_as_a_model_reference(run_with_vocab, tmp_path
     os.utime(run / "options.json", ns=(1, 1))  # a changed input: imported again, replacing the copy (#66.8)
     assert imported_model_dir(run) == model and (model / "weights.hdf5").stat().st_mtime_ns != stamp
     assert len(list((tmp_path / "elmo-cache" / "local").iterdir())) == 1
+
+
+def test_importing_a_checkpoint_imports_no_dynamo(tmp_path, vocab):
+    """The shape check builds its biLM on the meta device uninitialised: initialising meta tensors imports
+    torch._dynamo and sympy (~1 s of start-up, issue #62)."""
+    probe = ("import sys; from elmo.cli import main; "
+             f"code = main(['import-tf', {str(RUN)!r}, {str(tmp_path / 'm')!r}, '--vocab', {str(vocab)!r}]); "
+             "print(code, 'torch._dynamo' in sys.modules, 'sympy' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=subprocess_env(), timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-3:] == ["0", "False", "False"], done.stdout

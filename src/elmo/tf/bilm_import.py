@@ -124,7 +124,8 @@ def check_against_options(ckpt: TFCheckpoint, mapped: dict[str, str], options: d
     char_shape = ckpt.entry(mapped["char_embed"]).shape
     rows = char_shape[0] if len(char_shape) == 2 and char_shape[0] in (N_CODES, N_CODES + 1) else N_CODES
     with torch.device("meta"):
-        expected = {name: shape for name, (_, shape) in dataset_map(BiLM(config, char_rows=rows)).items()}
+        shape_only = BiLM(config, char_rows=rows, initialize=False)  # initialising meta tensors imports torch._dynamo
+        expected = {name: shape for name, (_, shape) in dataset_map(shape_only).items()}
     question = f"is {options_file} the options.json this checkpoint was trained with?"
     missing = sorted(set(expected) - set(mapped))
     if missing:
