@@ -35,10 +35,8 @@ def keep_freed_memory() -> bool:
         return True
     if os.environ.get("ELMO_KEEP_FREED_MEMORY", "1") == "0" or not sys.platform.startswith("linux"):
         return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (e.g. musl has no mallopt)
+    mallopt = _glibc("mallopt")
+    if mallopt is None:  # not glibc (e.g. musl has no mallopt)
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     _applied = bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
@@ -52,15 +50,20 @@ def return_freed_memory() -> bool:
     and frees part by part: freed between other allocations, they would otherwise stay resident as free
     heap (90 MB at the `original` shapes, measured). Does nothing off Linux/glibc.
     """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):
+    trim = _glibc("malloc_trim") if sys.platform.startswith("linux") else None
+    if trim is None:
         return False
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     trim(0)
     return True
+
+
+def _glibc(function: str):
+    """The C library's `function`, or None where the library has none (not glibc)."""
+    try:
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), function)
+    except (OSError, AttributeError):
+        return None
 
 
 def physical_memory() -> int | None:

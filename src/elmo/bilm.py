@@ -21,7 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .allocator import check_fits_memory
-from .boundaries import add_sentence_boundaries, join_directions, remove_sentence_boundaries, reverse_index  # noqa: F401  (add/remove: their old home)
+from .boundaries import add_sentence_boundaries, remove_sentence_boundaries  # noqa: F401  (their old home, kept for imports)
+from .boundaries import join_directions, reverse_index
 from .chars import BOS_IDS, EOS_IDS, N_CODES, PAD_CHAR, Lexicon, batch_to_ids
 from .errors import InputError
 from .lstm_kernels import Float32Products, LstmState, StepProducts, packed_steps

@@ -206,7 +206,8 @@ class _Int8Steps:
     time, as the steps come: the same numbers as all at once (each row is quantized by itself), but at
     most one block of (rows, 4 x cells) float32 gate inputs is held instead of the whole sentence's. A
     block is as many steps as fit in ROWS_PER_BLOCK rows (at least one step): 16 MB at the original's
-    4 x 4096 cells, and fbgemm runs 256 rows as fast per row as 1,024 (docs/performance.md)."""
+    4 x 4096 cells; fbgemm's rate per row does not grow past a few dozen rows (docs/performance.md's kernel
+    tables: 64 rows as fast as 2,048 or faster)."""
 
     ROWS_PER_BLOCK = 256
 
