@@ -11,6 +11,8 @@ v0.9.0 allennlp/tests/commands/elmo_test.py) is tested in this package:
 - token layer against dump_token_embeddings: test_golden_outputs.py::test_token_layer_matches_dump_token_embeddings;
   the <S>/</S> vectors: here
 - ScalarMix: test_scalar_mix.py
+- v0.9.0 allennlp/tests/modules/elmo_test.py::test_elmo_bilm_can_cache_char_cnn_embeddings: ported here, its
+  assertions unchanged (AllenNLP's `_ElmoBiLm` is `Elmo.bilm_outputs`; its vocabulary and indexers as they build them)
 - the 0.9 command and ElmoEmbedder: here, test_embed_file.py, test_allennlp09_embedder.py,
   test_golden_outputs.py::test_elmo_embed_command_stateful_matches_fixture
 
@@ -19,6 +21,8 @@ The state_dict fixture (tests/fixtures/allennlp_state_dict) was saved by AllenNL
 """
 
 import json
+import logging
+from collections import Counter
 from pathlib import Path
 
 import h5py
@@ -249,6 +253,89 @@ def test_sentence_marker_tokens_match_the_added_markers(files):
     layer0 = out.layers[0][0]
     torch.testing.assert_close(layer0[1], layer0[0], atol=1e-6, rtol=0)
     torch.testing.assert_close(layer0[2], layer0[3], atol=1e-6, rtol=0)
+
+
+# --- v0.9.0 allennlp/tests/modules/elmo_test.py, ported -------------------------------------------
+
+class _ElmoBiLm(Elmo):
+    """AllenNLP's `_ElmoBiLm` as its tests build and call it: every layer with the markers, {'activations', 'mask'}."""
+
+    def __init__(self, options_file, weight_file, vocab_to_cache=None):
+        super().__init__(options_file, weight_file, 0, dropout=0.0, vocab_to_cache=vocab_to_cache)
+
+    def forward(self, inputs, word_inputs=None):
+        return self.bilm_outputs(inputs, word_inputs)
+
+
+class _Vocabulary:
+    """AllenNLP's `Vocabulary.from_instances` for one "tokens" namespace: padding, unknown, then the words by count
+    (a stable sort: ties in the order first seen)."""
+
+    def __init__(self, batch):
+        counts = Counter(token for sentence in batch for token in sentence)
+        self.tokens = ["@@PADDING@@", "@@UNKNOWN@@"] + [w for w, _ in sorted(counts.items(), key=lambda x: x[1],
+                                                                              reverse=True)]
+
+    def get_token_to_index_vocabulary(self, namespace):
+        return {token: i for i, token in enumerate(self.tokens)}
+
+
+class ElmoTestCase:
+    """The fixture paths and helper of AllenNLP's ElmoTestCase, on ../shared's copy of its elmo fixtures."""
+
+    def __init__(self, fixtures: Path):
+        self.options_file = str(fixtures / "options.json")
+        self.weight_file = str(fixtures / "lm_weights.hdf5")
+
+    @staticmethod
+    def get_vocab_and_both_elmo_indexed_ids(batch):
+        """ELMoTokenCharactersIndexer's ids and SingleIdTokenIndexer's (padded with 0) of a batch, and its vocabulary."""
+        vocab = _Vocabulary(batch)
+        index = vocab.get_token_to_index_vocabulary("tokens")
+        return vocab, {"character_ids": batch_to_ids(batch), "tokens": word_ids(batch, index)}
+
+    def test_elmo_bilm_can_cache_char_cnn_embeddings(self):
+        sentences = [["This", "is", "a", "sentence"],
+                     ["Here", "'s", "one"],
+                     ["Another", "one"]]
+        vocab, tensor = self.get_vocab_and_both_elmo_indexed_ids(sentences)
+        words_to_cache = list(vocab.get_token_to_index_vocabulary("tokens").keys())
+        elmo_bilm = _ElmoBiLm(self.options_file, self.weight_file)
+        elmo_bilm.eval()
+        no_cache = elmo_bilm(tensor["character_ids"], tensor["character_ids"])
+
+        # ELMo is stateful, so we need to actually re-initialise it for this comparison to work.
+        elmo_bilm = _ElmoBiLm(self.options_file, self.weight_file, vocab_to_cache=words_to_cache)
+        elmo_bilm.eval()
+        cached = elmo_bilm(tensor["character_ids"], tensor["tokens"])
+
+        np.testing.assert_array_almost_equal(no_cache["mask"].data.cpu().numpy(),
+                                             cached["mask"].data.cpu().numpy())
+        for activation_cached, activation in zip(cached["activations"], no_cache["activations"]):
+            np.testing.assert_array_almost_equal(activation_cached.data.cpu().numpy(),
+                                                 activation.data.cpu().numpy(), decimal=6)
+
+
+def test_elmo_bilm_can_cache_char_cnn_embeddings(allennlp_dir, caplog):
+    """AllenNLP's test passes the char ids as word ids to a model without a cache: ignored, with AllenNLP's warning."""
+    with caplog.at_level(logging.WARNING, logger="elmo.elmo_module"):
+        ElmoTestCase(allennlp_dir).test_elmo_bilm_can_cache_char_cnn_embeddings()
+    assert [r.getMessage() for r in caplog.records] == ["Word inputs were passed to ELMo but it does not have a "
+                                                        "cached vocab."]
+
+
+def test_word_ids_without_a_cache_are_ignored_and_checked_where_used(files, caplog):
+    ids = batch_to_ids(TWO)
+    plain = Elmo(*files, 1, dropout=0.0)
+    with caplog.at_level(logging.WARNING, logger="elmo.elmo_module"):
+        ignored = plain(ids, "not even a tensor")["elmo_representations"][0]
+    assert len(caplog.records) == 1
+    torch.testing.assert_close(ignored, plain(ids)["elmo_representations"][0], atol=0, rtol=0)
+    cached = Elmo(*files, 1, dropout=0.0, vocab_to_cache=["@@PADDING@@", "The"])
+    with pytest.raises(ValueError, match=r"shape \(batch, tokens\) for inputs of shape \(2, 7, 50\), found \(2, 7, 50\)"):
+        cached(ids, ids)
+    with pytest.raises(ValueError, match="word_inputs hold word id -1; ids are 0"):
+        cached(ids, -torch.ones(2, 7, dtype=torch.long))
 
 
 # --- AllenNLP 0.9: ElmoEmbedder and the `allennlp elmo` command ---------------------------------

@@ -805,12 +805,16 @@ def test_elmo_refuses_char_ids_of_the_wrong_dtype_or_an_empty_batch(fixture_elmo
     (lambda ids: [[1, 2, 3]], "found list"),
     (lambda ids: ids[0, :, 0], "word_inputs must hold one id per token"),
 ])
-def test_elmo_refuses_word_ids_of_the_wrong_type_or_rank(fixture_elmo, word_inputs, needle):
+def test_elmo_refuses_word_ids_of_the_wrong_type_or_rank(allennlp_dir, word_inputs, needle):
+    """Where the ids are used: a model with a vocabulary cache (without one they are ignored, as AllenNLP does:
+    test_allennlp_compat.py::test_word_ids_without_a_cache_are_ignored_and_checked_where_used)."""
     import elmo
 
+    cached = elmo.Elmo(allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5", 1, dropout=0.0,
+                       vocab_to_cache=["@@PADDING@@", "a", "b"])
     ids = elmo.batch_to_ids([["a", "b", "c"]])
     with pytest.raises(elmo.errors.InputError, match=needle):
-        fixture_elmo(ids, word_inputs=word_inputs(ids))
+        cached(ids, word_inputs=word_inputs(ids))
 
 
 @pytest.mark.parametrize("change, needle", [

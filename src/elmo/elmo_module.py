@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -17,6 +18,9 @@ from .int8 import quantize_bilm
 from .models import load_bilm, resolve
 from .scalar_mix import ScalarMix
 
+logger = logging.getLogger(__name__)
+# AllenNLP's words, logged as it logs them when word ids come without a vocabulary cache (they are then ignored)
+UNCACHED_WORD_INPUTS = "Word inputs were passed to ELMo but it does not have a cached vocab."
 MAX_REPRESENTATIONS = 1000  # far above any task's need; 10**6 mixes took two minutes and 7.6 GB to build
 
 
@@ -37,13 +41,17 @@ ID_DTYPES = (torch.int64, torch.int32)
 
 
 def check_word_ids(word_inputs: object, inputs: torch.Tensor) -> None:
-    """`word_inputs`: integer word ids, (B, T) or (B, N, T) beside char ids of (B, T, W) or (B, N, T, W)."""
+    """`word_inputs` where they are used (a vocabulary cache): integer word ids >= 0, (B, T) or (B, N, T) beside char
+    ids of (B, T, W) or (B, N, T, W)."""
     if not isinstance(word_inputs, torch.Tensor) or word_inputs.dtype not in ID_DTYPES:
         found = word_inputs.dtype if isinstance(word_inputs, torch.Tensor) else type(word_inputs).__name__
         raise InputError(f"word_inputs must be an int64 tensor of word ids (indices into vocab_to_cache), found {found}")
     if word_inputs.dim() != inputs.dim() - 1 or word_inputs.shape[0] != inputs.shape[0]:
         raise InputError(f"word_inputs must hold one id per token, shape (batch, tokens) for inputs of shape "
                          f"{tuple(inputs.shape)}, found {tuple(word_inputs.shape)}")
+    if word_inputs.numel() and int(word_inputs.min()) < 0:
+        raise InputError(f"word_inputs hold word id {int(word_inputs.min())}; ids are 0 (padding) or a row of "
+                         f"vocab_to_cache (ids beyond it go through the character CNN)")
 
 
 def check_char_ids(inputs: object, module: nn.Module) -> None:
@@ -252,18 +260,37 @@ class Elmo(nn.Module):
             out = self._elmo_lstm(inputs)
         return out.layers, out.mask
 
+    def _usable_word_ids(self, word_inputs: object, inputs: torch.Tensor) -> torch.Tensor | None:
+        """The word ids the biLM will use: None without a vocabulary cache (ignored with AllenNLP's warning, as
+        AllenNLP ignores them), else checked (`check_word_ids`) and flattened to (B*N, T) for 4-D inputs."""
+        if word_inputs is None:
+            return None
+        if self._word_cache is None:
+            logger.warning(UNCACHED_WORD_INPUTS)
+            return None
+        check_word_ids(word_inputs, inputs)
+        return word_inputs.reshape(-1, word_inputs.shape[-1]) if word_inputs.dim() > 2 else word_inputs
+
+    def _layers(self, inputs: torch.Tensor, word_inputs: object) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """Checked ids -> every layer with the sentence markers and their mask, 4-D inputs flattened to (B*N, ...)."""
+        check_char_ids(inputs, self._elmo_lstm)
+        word_ids = self._usable_word_ids(word_inputs, inputs)
+        if inputs.dim() > 3:
+            inputs = inputs.reshape(-1, *inputs.shape[-2:])
+        return self._run_bilm(inputs, word_ids)
+
+    def bilm_outputs(self, inputs: torch.Tensor, word_inputs: torch.Tensor | None = None) -> dict:
+        """What AllenNLP's `_ElmoBiLm` returns: {'activations': every layer with the sentence markers, each
+        (B, T+2, 2P), 'mask': (B, T+2)}; ids as in `forward` (4-D inputs come back as (B*N, ...))."""
+        layers, mask = self._layers(inputs, word_inputs)
+        return {"activations": layers, "mask": mask}
+
     def forward(self, inputs: torch.Tensor, word_inputs: torch.Tensor | None = None) -> dict:
         """inputs: char ids (B, T, 50) or (B, N, T, 50); word_inputs: (B, T) indices into
-        `vocab_to_cache`. Returns {'elmo_representations': [(B, T, 2P)...], 'mask': (B, T)}."""
-        check_char_ids(inputs, self._elmo_lstm)
-        if word_inputs is not None:
-            check_word_ids(word_inputs, inputs)
-        original_shape = inputs.shape
-        if inputs.dim() > 3:
-            inputs = inputs.reshape(-1, *original_shape[-2:])
-        if word_inputs is not None and word_inputs.dim() > 2:
-            word_inputs = word_inputs.reshape(-1, word_inputs.shape[-1])
-        layers, bilm_mask = self._run_bilm(inputs, word_inputs)
+        `vocab_to_cache` (ignored, with AllenNLP's warning, when there is none).
+        Returns {'elmo_representations': [(B, T, 2P)...], 'mask': (B, T)}."""
+        original_shape = inputs.shape if isinstance(inputs, torch.Tensor) else None
+        layers, bilm_mask = self._layers(inputs, word_inputs)
         representations = []
         for mix in self._scalar_mixes:
             mixed = mix(layers, bilm_mask)
