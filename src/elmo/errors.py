@@ -22,8 +22,23 @@ already names the file is never wrapped twice. A wrong Python type handed to the
 """
 
 
+# Control characters (C0 but tab, DEL, C1) as escapes: a name or path from a user may hold NUL, ESC (a terminal's
+# colour and cursor codes) or newlines, and a message that prints them raw is not one line or not what it says.
+_ESCAPES = {c: {"\n": "\\n", "\r": "\\r"}.get(chr(c), f"\\x{c:02x}")
+            for c in (*range(0x20), *range(0x7F, 0xA0)) if c != 0x09}
+
+
+def escape_controls(text: str) -> str:
+    """`text` with every control character but tab written as its escape (NUL -> \\x00, newline -> \\n)."""
+    return text.translate(_ESCAPES)
+
+
 class ElmoError(Exception):
-    """Base class: the CLI prints these as one clear line instead of a traceback."""
+    """Base class: the CLI prints these as one clear line instead of a traceback; control characters in the
+    message (from a name or path a user gave) are escaped, so it stays one line and prints what it says."""
+
+    def __str__(self) -> str:
+        return escape_controls(super().__str__())
 
 
 class ModelFileError(ElmoError, ValueError):
