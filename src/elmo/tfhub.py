@@ -11,6 +11,8 @@ empty pieces dropped (TensorFlow 1's StringSplit); `elmo` = scaling * sum_j soft
 positions as the graph fills them (word_emb: the character CNN of an all-padding token, LSTM outputs 0, elmo the mix
 of those); `default` the mean of `elmo` over each sentence's tokens (google/elmo/3), or over every position,
 padding included, for google/elmo/1 and /2 (`default_pooling="all"`, chosen from the handle when it names them).
+Empty inputs: an empty batch, or one whose sentences hold no token at all, is refused (InputError), as the graph
+refuses it (InvalidArgumentError); an empty sentence beside others gets `default` 0 where the graph divides 0 by 0.
 
 A module built from bilm-tf's graph carries each batch row's LSTM state from one call to the next (per signature),
 so the same input gives other outputs on a second call. Here every call starts from zero unless `stateful=True`,
@@ -94,6 +96,10 @@ class Module:
             width = max((len(s) for s in sentences), default=0)
         else:
             sentences, width = token_inputs(inputs)
+        if not sentences or width == 0:  # TensorFlow refuses these too (InvalidArgumentError from the graph)
+            raise InputError(f"the {signature} signature got {len(sentences)} sentences of at most {width} tokens: "
+                             "nothing to embed (TF-Hub's module refuses an empty batch, or one with no tokens at all, "
+                             "with InvalidArgumentError)")
         outputs = self._run(sentences, width, signature)
         return outputs if as_dict else outputs["default"]
 
@@ -116,7 +122,8 @@ class Module:
         weights = torch.softmax(torch.tensor(self.mix_weights, dtype=torch.float32), 0).to(device)
         elmo = self.scaling * sum(w * layer.float() for w, layer in zip(weights, layers))
         if self.default_pooling == "tokens":
-            default = (elmo * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True)
+            # a sentence without tokens: 0, where TensorFlow divides 0 by 0 (NaN)
+            default = (elmo * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True).clamp(min=1)
         else:
             default = elmo.mean(1)
         found = {"word_emb": layers[0][..., :p], "lstm_outputs1": layers[1], "lstm_outputs2": layers[2], "elmo": elmo,

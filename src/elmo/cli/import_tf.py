@@ -25,36 +25,46 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def hub_module_folder(reference: str):
-    """The local folder of a TF-Hub module reference (folder, .tar.gz, handle, catalog name), or None."""
+    """The local folder of a TF-Hub module reference (folder, handle, catalog name), or None (archives: run_import_tf)."""
     from ..hub import find_published
-    from ..hub.tfhub import fetch_tfhub_module, is_module_archive, parse_handle, unpacked_module_archive
+    from ..hub.tfhub import fetch_tfhub_module, parse_handle
     from ..tf.hub_module import is_hub_module
 
     published = find_published(reference)
     handle = parse_handle(published.archive.url if published is not None and published.format == "tfhub" else reference)
     if is_hub_module(reference):
         return reference
-    if is_module_archive(reference):
-        return unpacked_module_archive(reference)
     return None if handle is None else fetch_tfhub_module(handle)
 
 
-def run_import_module(args: argparse.Namespace, folder) -> int:
+def run_import_module(args: argparse.Namespace, folder, source: str | None = None) -> int:
+    """OUT from a module folder; it is loaded before it is renamed into place (write_original), so "wrote" means
+    it loads."""
     from ..errors import InputError
     from ..tf.hub_module import MIX_NAME, read_hub_module, write_original
 
     if args.options or args.vocab:
         raise InputError("--options and --vocab are for bilm-tf checkpoints; a TF-Hub module carries its architecture")
     module = read_hub_module(folder)
-    out = write_original(module, args.output, overwrite=args.overwrite)
-    print(f"wrote {out} from the TF-Hub module {folder}: options.json, weights.hdf5 and {MIX_NAME} (mix weights "
-          f"{[round(w, 6) for w in module.mix_weights]}, scaling {module.scaling:.6g})")
+    out = write_original(module, args.output, overwrite=args.overwrite, source=source)
+    print(f"wrote {out} from the TF-Hub module {source or folder}: options.json, weights.hdf5 and {MIX_NAME} (mix "
+          f"weights {[round(w, 6) for w in module.mix_weights]}, scaling {module.scaling:.6g})")
     return 0
 
 
 def run_import_tf(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..errors import ModelFileError
+    from ..hub.tfhub import archive_error, extracted_module_archive, is_module_archive
     from ..tf.bilm_import import find_bilm_checkpoint, import_bilm_checkpoint
 
+    if is_module_archive(args.checkpoint):  # unpacked into a temporary folder, removed afterwards
+        with extracted_module_archive(args.checkpoint) as folder:
+            try:
+                return run_import_module(args, folder, source=args.checkpoint)
+            except ModelFileError as e:
+                raise archive_error(e, folder, Path(args.checkpoint)) from None
     folder = hub_module_folder(args.checkpoint)
     if folder is not None:
         return run_import_module(args, folder)

@@ -1,7 +1,8 @@
 """Unpacking a downloaded model archive (.zip, .tar.gz, .tar.xz, .tar.bz2) without trusting it.
 
 Every member is checked before anything is written: no absolute paths, no `..`, no links or device
-files, and at most `max_bytes` in all (counted as bytes are written, so a lying header cannot pass).
+files, at most MAX_MEMBERS members (counted as a tar's headers stream, from a zip's end record before its
+directory is read), and at most `max_bytes` in all (counted as bytes are written, so a lying header cannot pass).
 The contents go to a temporary folder beside `dest` that is renamed onto it when complete.
 """
 
@@ -128,7 +129,21 @@ def _unpack(archive: Path, dest: Path, max_bytes: int, members: list[_Member], b
             raise ModelFileError(f"{archive}: member {m.name!r} cannot be unpacked ({_reason(e)})") from None
 
 
+def _declared_zip_members(archive: Path) -> int | None:
+    """The member count a zip's end record declares, read before zipfile reads every central directory entry."""
+    end_record = getattr(zipfile, "_EndRecData", None)
+    try:
+        with open(archive, "rb") as f:
+            found = end_record(f) if end_record is not None else None
+        return int(found[zipfile._ECD_ENTRIES_TOTAL]) if found else None
+    except (*UNREADABLE, AttributeError, IndexError, TypeError, ValueError):
+        return None  # zipfile gives the reason
+
+
 def _extract_zip(archive: Path, dest: Path, max_bytes: int, budget=None) -> None:
+    declared = _declared_zip_members(archive)
+    if declared is not None:
+        _check_count(archive, declared)
     with zipfile.ZipFile(archive) as z:
         members = [_Member(info.filename, info.file_size, info.is_dir(),
                            (info.external_attr >> 16) & 0o170000 in (0, REGULAR, DIRECTORY),  # Unix type, if recorded
@@ -138,8 +153,10 @@ def _extract_zip(archive: Path, dest: Path, max_bytes: int, budget=None) -> None
 
 def _extract_tar(archive: Path, dest: Path, max_bytes: int, budget=None) -> None:
     with tarfile.open(archive) as t:
-        members = [_Member(m.name, m.size, m.isdir(), m.isfile() or m.isdir(), lambda m=m: t.extractfile(m))
-                   for m in t.getmembers()]
+        members = []
+        for m in t:  # counted as the headers stream: a flood of members stops at MAX_MEMBERS + 1, not at its end
+            members.append(_Member(m.name, m.size, m.isdir(), m.isfile() or m.isdir(), lambda m=m: t.extractfile(m)))
+            _check_count(archive, len(members))
         _unpack(archive, dest, max_bytes, members, budget)
 
 

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,8 +29,9 @@ import h5py
 import numpy as np
 
 from elmo.errors import ModelFileError, ModelFileNotFound
-from elmo.fileio import atomic_dir, check_not_input
+from elmo.fileio import atomic_dir, check_not_input, hash_file
 from elmo.layout import OPTIONS_NAME, WEIGHTS_NAME
+from elmo.options import BiLMConfig, read_options
 from elmo.tf.checkpoint import TFCheckpoint
 from elmo.tf.saved_model import MetaGraph, read_saved_model
 
@@ -43,6 +46,15 @@ PUBLISHED_SETTINGS = {"max_characters_per_token": 50, "activation": "relu", "cel
                       "use_skip_connections": True}
 PUBLISHED_SOURCE = "google/elmo's known settings (the original model's options.json)"
 LSTM_NAMES = {"kernel": "W_0", "bias": "B", "projection/kernel": "W_P_0"}
+# A module's graph holds nodes, not weights (those are in variables/): bilm-tf's graph takes about 11 KB per variable
+# (the test module: 571 KB for 51 variables, both signatures). The bound allows 23 times that, plus a base.
+GRAPH_BASE_BYTES, GRAPH_BYTES_PER_VARIABLE = 8 << 20, 256 << 10
+IMPORT_VERSION = "2"  # part of the cache key: copies imported before the load check are never reused
+
+
+def graph_budget(n_variables: int) -> int:
+    """The most bytes saved_model.pb may have for a module of `n_variables` variables (module docstring)."""
+    return GRAPH_BASE_BYTES + GRAPH_BYTES_PER_VARIABLE * max(n_variables, 0)
 
 
 def is_hub_module(path: str | os.PathLike) -> bool:
@@ -186,15 +198,36 @@ def graph_settings(graph: MetaGraph, filters: list[list[int]], n_layers: int) ->
     return found
 
 
+def check_mix(weights, scaling, n_layers: int, where: str) -> tuple[list[float], float]:
+    """The layer mix as numbers: one finite weight per layer of the biLM (the token layer and each LSTM layer) and a
+    finite scaling; else one ModelFileError naming `where`."""
+    count = n_layers + 1
+    if not isinstance(weights, (list, tuple)) or not weights:
+        raise ModelFileError(f"{where}: the mix weights must be a list of {count} numbers (one per layer: the token "
+                             f"layer and {n_layers} LSTM layers), found {repr(weights)[:60]}")
+    if len(weights) != count:
+        raise ModelFileError(f"{where}: {len(weights)} mix weights for {count} layers (the token layer and {n_layers} "
+                             f"LSTM layers); expected {count}")
+    for i, value in enumerate([*weights, scaling]):
+        what = f"mix weight {i}" if i < count else "the mix scaling"
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+            raise ModelFileError(f"{where}: {what} must be a number, found {repr(value)[:40]}")
+        if not math.isfinite(float(value)):
+            raise ModelFileError(f"{where}: {what} is {float(value)}; a mix must be finite (it would make every "
+                                 f"output NaN or infinite)")
+    return [float(w) for w in weights], float(scaling)
+
+
 def read_hub_module(path: str | os.PathLike) -> HubModule:
     """A module folder's architecture, weights map and mix; ModelFileError naming the folder for anything else."""
     d = Path(path)
     if not (d / SAVED_MODEL).is_file():
         raise ModelFileNotFound(f"{d}: not a TF-Hub module (no {SAVED_MODEL})")
-    graphs = read_saved_model(d / SAVED_MODEL)
     if not (d / (VARIABLES_PREFIX + ".index")).is_file():
         raise ModelFileNotFound(f"{d}: a TF-Hub module without its variables ({VARIABLES_PREFIX}.index)")
     ckpt = TFCheckpoint(d / VARIABLES_PREFIX)
+    graphs = read_saved_model(d / SAVED_MODEL, max_bytes=graph_budget(len(ckpt.entries)),
+                              why=f"for a module of {len(ckpt.entries)} variables")
     shapes = {name: entry.shape for name, entry in ckpt.entries.items()}
     where = f"{d} (TF-Hub module)"
     options = check_variables(shapes, where)
@@ -204,17 +237,23 @@ def read_hub_module(path: str | os.PathLike) -> HubModule:
         value, source = settings.get(key, (default, PUBLISHED_SOURCE))
         options["lstm" if key in ("cell_clip", "proj_clip", "use_skip_connections") else "char_cnn"][key] = value
         sources[key] = source
+    BiLMConfig.from_options(options, source=f"{where}: the architecture it declares")  # settings read from its graph
     for name in (n for n in shapes if not STATE.fullmatch(n)):
         if ckpt.entry(name).dtype != "float32":
             raise ModelFileError(f"{where}: variable {name!r} is {ckpt.entry(name).dtype}, expected float32")
     weights = {_weights_name(n): n for n in shapes if n.startswith(SCOPE) and not STATE.fullmatch(n)}
-    mix = [float(v) for v in ckpt.read("aggregation/weights")]
-    return HubModule(d, options, weights, mix, float(ckpt.read("aggregation/scaling")[0]), sources)
+    mix, scaling = check_mix(ckpt.read("aggregation/weights").tolist(), ckpt.read("aggregation/scaling")[0].item(),
+                             options["lstm"]["n_layers"], f"{where}: aggregation/weights and aggregation/scaling")
+    return HubModule(d, options, weights, mix, scaling, sources)
 
 
-def write_original(module: HubModule, out: str | os.PathLike, overwrite: bool = False) -> Path:
+def write_original(module: HubModule, out: str | os.PathLike, overwrite: bool = False, source: str | None = None) -> Path:
     """OUT: options.json + weights.hdf5 (bilm-tf's names, the char table's zero padding row dropped as weights.hdf5
-    stores it) and tfhub_module.json (the mix, the sources of the settings), written atomically."""
+    stores it) and tfhub_module.json (the mix, the sources of the settings; `source`: what the module was given as,
+    by default its folder), written atomically and loaded as first use loads them before they are renamed into
+    place: a module that does not load writes nothing."""
+    from elmo.weights import load_bilm
+
     out = Path(out)
     names = (OPTIONS_NAME, WEIGHTS_NAME, MIX_NAME)
     present = [n for n in names if (out / n).exists()]
@@ -230,46 +269,65 @@ def write_original(module: HubModule, out: str | os.PathLike, overwrite: bool = 
                 if stored == "char_embed" and value.shape[0] == 262 and not value[0].any():
                     value = value[1:]
                 f.create_dataset(stored, data=value)
-        record = {"module": str(module.path), "mix": {"weights": module.mix_weights, "scaling": module.scaling},
+        record = {"module": source or str(module.path), "mix": {"weights": module.mix_weights, "scaling": module.scaling},
                   "settings_from": module.sources}
         (Path(tmp) / MIX_NAME).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        try:  # what first use does: the biLM loads (every weight finite) and so does the mix
+            load_bilm(Path(tmp) / OPTIONS_NAME, Path(tmp) / WEIGHTS_NAME)
+            read_mix(tmp)
+        except ModelFileError as e:
+            raise ModelFileError(f"{module.path} (TF-Hub module): imported, it does not load, so nothing was written: "
+                                 + str(e).replace(f"{tmp}{os.sep}", "")) from None
     return out
 
 
 def read_mix(model_dir: str | os.PathLike) -> tuple[list[float], float] | None:
-    """The module's (weights, scaling) kept beside an imported model, or None for a model that is not one."""
+    """The module's (weights, scaling) kept beside an imported model, checked against its options.json (one finite
+    weight per layer, a finite scaling), or None for a model that is not one."""
     path = Path(model_dir) / MIX_NAME
     if not path.is_file():
         return None
     try:
         mix = json.loads(path.read_text(encoding="utf-8"))["mix"]
-        return [float(w) for w in mix["weights"]], float(mix["scaling"])
+        weights, scaling = mix["weights"], mix["scaling"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ModelFileError(f"{path}: not the mix of a TF-Hub module ({type(e).__name__}: {e})") from None
+    n_layers = read_options(Path(model_dir) / OPTIONS_NAME).n_layers
+    return check_mix(weights, scaling, n_layers, str(path))
 
 
-def _stamp(path: Path) -> str:
-    stat = path.stat()
-    return f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+def content_key(d: Path) -> str:
+    """What identifies a module's content: its graph's bytes and its variables' index, which holds every tensor's
+    size and CRC32C (a data file that differs from it fails its checksum when read)."""
+    digest = hashlib.sha256(f"tfhub-module-import {IMPORT_VERSION}\n".encode())
+    for path in (d / SAVED_MODEL, d / (VARIABLES_PREFIX + ".index")):
+        digest.update(hash_file(path).digest())
+    return digest.hexdigest()[:32]
 
 
-def imported_module_dir(path: str | os.PathLike) -> Path:
-    """The model directory of a module folder, imported once into $ELMO_CACHE/local/tfhub-<key>/model (keyed by the
-    module's files' paths, sizes and times; the module itself is never written)."""
+def imported_module_dir(path: str | os.PathLike, source: str | None = None) -> Path:
+    """The model directory of a module folder, imported once into $ELMO_CACHE/local/tfhub-<key>/model, keyed by the
+    module's content (content_key), so a touched, copied or moved module finds the same copy. Only a module that
+    loads is kept; a failed import leaves nothing in the cache. The module itself is never written."""
     from filelock import FileLock
 
     from elmo.hub.cache import cache_root
 
     d = Path(path)
-    if not (d / SAVED_MODEL).is_file():
-        raise ModelFileNotFound(f"{d}: not a TF-Hub module (no {SAVED_MODEL})")
-    files = sorted(p for p in [d / SAVED_MODEL, *(d / "variables").glob("variables.*")] if p.is_file())
-    key = hashlib.sha256("\n".join(_stamp(p) for p in files).encode("utf-8")).hexdigest()[:32]
-    folder = cache_root() / "local" / f"tfhub-{key}"
+    for required in (SAVED_MODEL, VARIABLES_PREFIX + ".index"):
+        if not (d / required).is_file():
+            raise ModelFileNotFound(f"{d}: not a complete TF-Hub module (no {required})")
+    folder = cache_root() / "local" / f"tfhub-{content_key(d)}"
     model = folder / "model"
-    if not (model / MIX_NAME).is_file():
-        folder.mkdir(parents=True, exist_ok=True)
+    if (model / MIX_NAME).is_file():
+        return model
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
         with FileLock(folder / ".lock"):
             if not (model / MIX_NAME).is_file():
-                write_original(read_hub_module(d), model, overwrite=True)
+                write_original(read_hub_module(d), model, overwrite=True, source=source)
+    except BaseException:
+        if not (model / MIX_NAME).is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
     return model

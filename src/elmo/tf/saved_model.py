@@ -131,14 +131,16 @@ def _meta_graph(data, where: str) -> MetaGraph:
                      signatures=_signatures(found.get(5, []), where))
 
 
-def read_saved_model(path: str | os.PathLike) -> list[MetaGraph]:
-    """The meta graphs of saved_model.pb; a file that is not a SavedModel is one ModelFileError naming it."""
+def read_saved_model(path: str | os.PathLike, max_bytes: int = MAX_GRAPH_BYTES, why: str = "") -> list[MetaGraph]:
+    """The meta graphs of saved_model.pb; a file that is not a SavedModel, or larger than `max_bytes` (decoding takes
+    about 15 times the file's size in memory; `why` says where the bound comes from), is one ModelFileError naming it."""
     path = Path(path)
     if not path.is_file():
         raise ModelFileNotFound(f"{path}: not found (a TF-Hub module holds saved_model.pb beside variables/)")
     size = path.stat().st_size
-    if size > MAX_GRAPH_BYTES:
-        raise ModelFileError(f"{path}: {size} bytes, more than the {MAX_GRAPH_BYTES} a module's graph can have")
+    if size > min(max_bytes, MAX_GRAPH_BYTES):
+        raise ModelFileError(f"{path}: {size:,} bytes, more than the {min(max_bytes, MAX_GRAPH_BYTES):,} a module's "
+                             f"graph can have{' ' + why if why else ''}; refused before it is read")
     where = str(path)
     try:
         found = fields(path.read_bytes(), where)
