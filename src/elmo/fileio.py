@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import glob
 import gzip
 import hashlib
 import io
@@ -19,6 +18,7 @@ import h5py
 
 from .errors import (ElmoError, InputError, InputFileNotFound, ModelFileError, ModelFileNotFound, OutputError,
                      not_found_error)
+from .output_paths import check_not_input, check_output_kind, check_path_text  # noqa: F401  (the writers' rule)
 from .text_lines import MAX_LINE_BYTES, decode_line, invalid_utf8, iter_raw_lines  # noqa: F401  (one reader)
 
 
@@ -29,8 +29,7 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[str]:
     An interrupted run therefore never leaves a file under the final name that looks complete.
     """
     path = os.fspath(path)
-    if os.path.isdir(path):
-        raise InputError(f"{path}: is a directory, expected a file path to write")
+    check_output_kind(path)
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise InputFileNotFound(f"{path}: the directory {directory} does not exist")
@@ -42,6 +41,27 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[str]:
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
         raise
+
+
+@contextlib.contextmanager
+def atomic_files(path: str | os.PathLike) -> Iterator[str]:
+    """Yield a new temporary folder beside `path` in which to write `path`'s file (its base name) and
+    companions named after it (e.g. `NAME.data`); on success each is renamed beside `path`, the
+    companions first and `path` last, so `path` never names a file whose companions are missing."""
+    import shutil
+
+    path = check_output_kind(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise InputFileNotFound(f"{path}: the directory {directory} does not exist")
+    folder = _create_beside(path, ".tmp", folder=True)
+    try:
+        yield folder
+        name = os.path.basename(path)
+        for entry in sorted(os.listdir(folder), key=lambda n: n == name):  # path itself last
+            os.replace(os.path.join(folder, entry), os.path.join(directory, entry))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _create_beside(path: str, suffix: str, folder: bool) -> str:
@@ -245,47 +265,6 @@ def hdf5_output(path: str | os.PathLike, libver: str | None = None) -> Iterator[
         raw.check()
 
 
-def _real(path: str | os.PathLike, flag: str = "a path") -> str:
-    text = os.fspath(path)
-    if "\0" in str(text):  # os.path.realpath raises a bare ValueError on it
-        raise InputError(f"{flag}: {text!r} holds a NUL character, which no file name can contain")
-    return os.path.realpath(os.path.abspath(text))
-
-
-def _same(a: str, b: str) -> bool:
-    if a == b:
-        return True
-    try:
-        return os.path.samefile(a, b)  # hard links
-    except OSError:
-        return False
-
-
-def check_not_input(output: str | os.PathLike, inputs: dict[str, object], flag: str = "OUTPUT",
-                    folder: bool = False) -> None:
-    """Refuse an output that is one of the command's inputs, or (a `folder` output) holds one, lies
-    inside one, or is the same folder: writing it would destroy what the command reads.
-
-    `inputs` maps a flag name to a path or a list of paths (globs are expanded); None is skipped.
-    """
-    out = _real(output, flag)
-    for name, value in inputs.items():
-        if value is None:
-            continue
-        for given in ([value] if isinstance(value, (str, os.PathLike)) else list(value)):
-            matches = glob.glob(os.fspath(given)) if glob.has_magic(os.fspath(given)) else [os.fspath(given)]
-            for path in matches:
-                real = _real(path, name)
-                if _same(out, real):
-                    raise InputError(f"{output}: is {name} itself ({path}); writing {flag} there would destroy "
-                                     f"the input, choose another {flag}")
-                if folder and real.startswith(out.rstrip(os.sep) + os.sep):
-                    raise InputError(f"{output}: {flag} holds {name} ({path}); writing the folder could replace or "
-                                     f"remove it, choose another {flag}")
-                if os.path.isdir(real) and out.startswith(real.rstrip(os.sep) + os.sep):
-                    raise InputError(f"{output}: {flag} lies inside {name} ({path}); choose a folder outside it")
-
-
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike, replace: tuple[str, ...] = ()) -> Iterator[str]:
     """Yield a new temporary folder beside `path`; on success it becomes `path` in one rename.
@@ -300,8 +279,7 @@ def atomic_dir(path: str | os.PathLike, replace: tuple[str, ...] = ()) -> Iterat
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise InputFileNotFound(f"{path}: the directory {parent} does not exist")
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise InputError(f"{path}: is a file, expected a folder to write")
+    check_output_kind(path, folder=True)
     tmp = _create_beside(path, ".tmp", folder=True)
     try:
         yield tmp

@@ -9,18 +9,22 @@ one TensorFlow LSTM cell with projection and clipping. Steps past a row's end ar
 out: they come after the row's last real step in both directions, so they never feed a real one.
 
 Input `char_ids` (batch, tokens, ids_width) int64: `elmo.batch_to_ids` (or the model's lexicon's ids,
-ManyLangs), 0 rows for padding, no markers. Outputs `layers` (batch, layers, tokens, dim) float32 with
+ManyLangs), 0 rows for padding on the right (a hole or left padding gives wrong vectors: the file's
+metadata says so), no markers; an id outside the table (negative, or past its last row) fails the
+run in its Gather. Outputs `layers` (batch, layers, tokens, dim) float32 with
 zeros at padding, and `mask` (batch, tokens) bool. Batch and length are dynamic.
 
 What it cannot do: carry LSTM state from one call to the next (bilm-tf's stateful mode, doc 4.8);
 every row starts from zero state, as `Embedder` does by default. `int8=True` quantizes the float
-graph's matrix products with ONNX Runtime's dynamic quantization (`onnxruntime.quantization`).
+graph's matrix products with ONNX Runtime's dynamic quantization. The files, their metadata and the
+check after export: `onnx_files`.
 """
 
 from __future__ import annotations
 
-import logging
+import glob
 import os
+import shutil
 from collections.abc import Sequence
 
 import numpy as np
@@ -28,25 +32,18 @@ import torch
 
 from .bilm import BiLM
 from .errors import InputError
-from .fileio import atomic_path
+from .fileio import atomic_files, check_output_kind
+from .onnx_files import EXTERNAL_DATA_BYTES, check_graph, metadata, onnx_module, quantize_int8, save_model, stamp
 
 OPSET = 17
 INPUT, LAYERS_OUTPUT, MASK_OUTPUT = "char_ids", "layers", "mask"
-
-
-def _onnx():
-    try:
-        import onnx
-    except ImportError as e:
-        raise InputError("ONNX export needs the onnx package: pip install 'elmo-bilm[onnx]'") from e
-    return onnx
 
 
 class GraphBuilder:
     """Nodes and initializers of one ONNX graph, each output named in order (`op` returns the name)."""
 
     def __init__(self, prefix: str):
-        self.onnx = _onnx()
+        self.onnx = onnx_module()
         self.prefix = prefix
         self.nodes: list = []
         self.initializers: list = []
@@ -84,7 +81,7 @@ def char_encoder_graph(g: GraphBuilder, bilm: BiLM, flat_ids: str) -> str:
     chars = flat_ids
     if enc.word_embed is not None:  # ManyLangs: word id (stored +1; 0 = no word) then character ids
         word = g.op("Gather", flat_ids, g.ints(0), axis=1)
-        word = g.op("Max", g.op("Sub", word, g.ints(1)), g.ints(0))
+        word = refuse_negative(g, word, g.op("Max", g.op("Sub", word, g.ints(1)), g.ints(0)), enc.word_embed.shape[0])
         features.append(g.op("Gather", g.const(enc.word_embed, "word_embed"), word, axis=0))
         chars = g.op("Slice", flat_ids, g.ints([1]), g.ints([config.ids_width]), g.ints([1])) if config.reads_chars else None
     if chars is not None:
@@ -102,13 +99,21 @@ def char_encoder_graph(g: GraphBuilder, bilm: BiLM, flat_ids: str) -> str:
     return g.linear(h, enc.proj_w, enc.proj_b) if enc.proj_w is not None else h
 
 
+def refuse_negative(g: GraphBuilder, ids: str, index: str, rows: int) -> str:
+    """`index` for a Gather from a table of `rows` rows, with every place where `ids` is negative moved
+    below -rows: Gather refuses it there as it refuses an index >= rows, where a negative index in
+    range would silently read a row from the end (-1: the last)."""
+    return g.op("Where", g.op("Less", ids, g.ints(0)), g.op("Sub", ids, g.ints(rows + 1)), index)
+
+
 def char_cnn_maxima(g: GraphBuilder, enc, chars: str) -> list[str]:
     """Each filter's maximum over positions (N, n) per width, as `CharEncoder.filter_maxima`: only the
     windows that start before the longest real token's padding run (the batch's padding tokens, all 0,
     do not count), and where windows were cut, the one all-padding window's value, the same for all."""
     table = enc.embedding_table()
     length = enc.config.ids_width - (1 if enc.word_embed is not None else 0)
-    x = g.op("Transpose", g.op("Gather", g.const(table, "char_embed"), chars, axis=0), perm=[0, 2, 1])  # (N, d, C)
+    looked_up = g.op("Gather", g.const(table, "char_embed"), refuse_negative(g, chars, chars, table.shape[0]), axis=0)
+    x = g.op("Transpose", looked_up, perm=[0, 2, 1])  # (N, d, C)
     is_code = g.op("Cast", g.op("Not", g.op("Equal", chars, g.ints(enc.pad_id))), to=1)
     row_extent = g.op("ReduceMax", g.op("Mul", is_code, g.const(np.arange(1, length + 1))), axes=[1], keepdims=0)
     real = g.op("ReduceMax", g.op("Cast", g.op("Greater", chars, g.ints(0)), to=1), axes=[1], keepdims=0)
@@ -146,12 +151,13 @@ def lstm_cell_body(layer, onnx) -> object:
             h = g.op("Clip", h, g.const(-layer.proj_clip), g.const(layer.proj_clip))
     for value, name in ((c, "c_next"), (h, "h_next"), (h, "y")):
         g.op("Identity", value, named=name)
-    vi = onnx.helper.make_tensor_value_info
-    f32 = onnx.TensorProto.FLOAT
+    def value(name: str, dim: int):  # shapes declared: ONNX Runtime 1.15 and 1.16 refuse a body without them
+        return onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, ["rows", dim])
+
+    cell, out = layer.cell_dim, layer.out_dim
     return onnx.helper.make_graph(
-        g.nodes, f"lstm_cell_{id(layer)}",
-        [vi(c_prev, f32, None), vi(h_prev, f32, None), vi(pre, f32, None)],
-        [vi("c_next", f32, None), vi("h_next", f32, None), vi("y", f32, None)], g.initializers)
+        g.nodes, f"lstm_cell_{id(layer)}", [value(c_prev, cell), value(h_prev, out), value(pre, 4 * cell)],
+        [value("c_next", cell), value("h_next", out), value("y", out)], g.initializers)
 
 
 def lstm_stack_graph(g: GraphBuilder, stack, x_tm: str, rows: str) -> list[str]:
@@ -175,7 +181,7 @@ def lstm_stack_graph(g: GraphBuilder, stack, x_tm: str, rows: str) -> list[str]:
 def build_model(bilm: BiLM):
     """The float32 ONNX model of a stateless `bilm` (on the CPU, float32; int8 conversions are ignored:
     the graph reads the float32 parameters, so a biLM loaded for int8 only is refused)."""
-    onnx = _onnx()
+    onnx = onnx_module()
     if getattr(bilm, "float32_released", False):
         raise InputError("ONNX export reads the float32 weights, and this biLM was loaded for int8 inference only "
                          "(int8=True); load the model without int8 (elmo export-onnx --int8 quantizes the graph)")
@@ -221,8 +227,7 @@ def build_model(bilm: BiLM):
          vi(MASK_OUTPUT, onnx.TensorProto.BOOL, ["batch", "tokens"])], g.initializers)
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", OPSET)],
                                    producer_name="elmo", doc_string="ELMo biLM, stateless: elmo export-onnx")
-    model.ir_version = 8  # ONNX Runtime reads IR 8 back to its 1.14 release
-    onnx.checker.check_model(model)
+    model.ir_version = 8  # ONNX Runtime reads IR 8 back to its 1.14 release (checked when saved: onnx_files.save_model)
     return model
 
 
@@ -250,32 +255,39 @@ def _expand_index(g: GraphBuilder, index: str, like: str) -> str:
     return g.op("Expand", g.op("Unsqueeze", index, g.ints([2])), g.op("Shape", like))
 
 
-def quantize_int8(float_path: str | os.PathLike, int8_path: str | os.PathLike) -> None:
-    """ONNX Runtime's dynamic quantization of every MatMul (Scan bodies included): int8 weights per
-    output channel, activations quantized per call (uint8, one scale per tensor, so a row's numbers
-    depend a little on its batch). The CNN's Conv and the lookups stay float32. `reduce_range`: 7-bit
-    weights, as ONNX Runtime advises for CPUs without VNNI, whose u8 x s8 sums saturate in int16."""
-    try:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-    except ImportError as e:
-        raise InputError("--int8 needs onnxruntime: pip install 'elmo-bilm[onnx]'") from e
-    logging.getLogger().setLevel(max(logging.getLogger().level, logging.ERROR))  # its advice to pre-process
-    quantize_dynamic(os.fspath(float_path), os.fspath(int8_path), weight_type=QuantType.QInt8, per_channel=True,
-                     reduce_range=True, op_types_to_quantize=["MatMul"], extra_options={"EnableSubgraph": True})
-
-
-def export_onnx(bilm: BiLM, path: str | os.PathLike, int8: bool = False) -> None:
-    """Write `bilm` as one ONNX file at `path` (written beside it, then renamed)."""
-    onnx = _onnx()
+def export_onnx(bilm: BiLM, path: str | os.PathLike, int8: bool = False, check: bool = True,
+                reference: str | os.PathLike | None = None, external_data_threshold: int = EXTERNAL_DATA_BYTES) -> str:
+    """Write `bilm` as one ONNX file at `path`, carrying its metadata (`onnx_files.metadata`; `reference`:
+    the model reference it was loaded from); its tensors go to `path`.data beside it when they pass
+    `external_data_threshold` bytes (ONNX Runtime reads them from there). Written in a folder beside
+    `path` and renamed; with `check`, first run in ONNX Runtime against `bilm` (`onnx_files.check_graph`).
+    Returns what the check measured ("" without it)."""
+    onnx = onnx_module()
+    path = os.fspath(path)
+    check_output_kind(path)
     model = build_model(bilm.cpu().float())
-    with atomic_path(path) as tmp:
-        if not int8:
-            onnx.save(model, tmp)
-            return
-        float_tmp = tmp + ".float32.onnx"
-        try:
-            onnx.save(model, float_tmp)
-            quantize_int8(float_tmp, tmp)
-        finally:
-            if os.path.exists(float_tmp):
-                os.remove(float_tmp)
+    meta = metadata(bilm, reference, int8)
+    stamp(model, meta)
+    name, measured = os.path.basename(path), ""
+    with atomic_files(path) as folder:
+        target = os.path.join(folder, name)
+        if int8:
+            os.mkdir(os.path.join(folder, "float32"))
+            float_path = os.path.join(folder, "float32", name)
+            external = len(save_model(model, float_path, external_data_threshold)) > 1
+            del model
+            quantize_int8(float_path, target, external)
+            shutil.rmtree(os.path.join(folder, "float32"))
+            quantized = onnx.load(target)
+            stamp(quantized, meta)  # the quantizer names itself the producer and may drop metadata
+            os.remove(target)
+            for stale in glob.glob(glob.escape(target) + "*"):
+                os.remove(stale)
+            written = save_model(quantized, target, external_data_threshold)
+        else:
+            written = save_model(model, target, external_data_threshold)
+        if check:
+            measured = check_graph(target, bilm, int8, path)
+    if len(written) == 1 and os.path.isfile(path + ".data"):
+        os.remove(path + ".data")  # an earlier export's tensors, which this file does not read
+    return measured
