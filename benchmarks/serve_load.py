@@ -15,6 +15,12 @@ lines), back to back, for --seconds after a warm-up; requests begun by then are 
 RSS of the server and its worker process (summed), and the CPU seconds the clients took (they share
 the machine with the server: pin both with taskset to say where). `bundled` is the bundled default
 model; `original` the published ELMo's shapes with random weights (`torch.manual_seed(0)`).
+
+    python benchmarks/serve_load.py --shapes bundled --settings t1w1,t2w1,t1w2,t2w2 --concurrency 1,8,64 \
+        --seconds 8 --repeats 2 --out benchmarks/results/serve-threads-cpu.json
+
+`--settings`: instead of the two modes, one batching server per setting `tTwW` (`--threads T --workers
+W`), measured in turn the same way; the table compares each with `t1w1`.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from pathlib import Path
 import numpy as np
 from benchlib import HERE, SENTENCES, random_model, save_results
 
-MODES = {"batched": [], "one per call": ["--max-batch-tokens", "1", "--max-wait-ms", "0"]}
+MODES = {"batched": ["--threads", "1"], "one per call": ["--threads", "1", "--max-batch-tokens", "1", "--max-wait-ms", "0"]}
 SHAPES = ("bundled", "original", "small")
 
 
@@ -45,7 +51,7 @@ def start_server(shape: str, work: Path, mode_flags: list[str]) -> tuple[subproc
         if not directory.exists():
             random_model(shape, directory)
         model = ["--options", str(directory / "options.json"), "--weights", str(directory / "weights.hdf5")]
-    cmd = [sys.executable, "-m", "elmo", "serve", *model, "--port", "0", "--threads", "1", *mode_flags]
+    cmd = [sys.executable, "-m", "elmo", "serve", *model, "--port", "0", *mode_flags]
     log = open(work / f"server-{shape}-{len(list(work.glob('server-*')))}.log", "w")  # read if it fails
     server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, cwd=HERE.parent)
     line = server.stdout.readline()
@@ -126,16 +132,28 @@ async def load(url: str, lines: list[str], concurrency: int, seconds: float, war
             "client_cpu_s": (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu.ru_utime + cpu.ru_stime)}
 
 
+def parse_settings(text: str) -> dict[str, list[str]]:
+    """`t1w1,t2w1` -> {"threads 1, workers 1": ["--threads", "1", "--workers", "1"], ...}."""
+    settings = {}
+    for item in [t for t in text.split(",") if t]:
+        threads, _, workers = item.removeprefix("t").partition("w")
+        if not (threads.isdigit() and workers.isdigit()):
+            sys.exit(f"--settings: expected items such as t1w2 (threads 1, workers 2), found {item!r}")
+        settings[f"threads {threads}, workers {workers}"] = ["--threads", threads, "--workers", workers]
+    return settings
+
+
 def measure(args: argparse.Namespace, results: dict, work: Path, lines: list[str]) -> None:
-    """Both modes' servers up at once; per concurrency, --repeats rounds of batched then one per call, so
-    that the two are measured side by side under the same load of the machine; medians over the rounds."""
+    """Every mode's server up at once; per concurrency, --repeats rounds of each mode in turn, so that they
+    are measured side by side under the same load of the machine; medians over the rounds."""
+    modes = parse_settings(args.settings) if args.settings else MODES
     for shape in [s for s in args.shapes.split(",") if s]:
         if shape not in SHAPES:
             sys.exit(f"--shapes: expected any of {SHAPES}, found {shape!r}")
-        servers = {mode: start_server(shape, work, flags) for mode, flags in MODES.items()}
+        servers = {mode: start_server(shape, work, flags) for mode, flags in modes.items()}
         try:
             for concurrency in [int(c) for c in args.concurrency.split(",")]:
-                passes: dict[str, list[dict]] = {mode: [] for mode in MODES}
+                passes: dict[str, list[dict]] = {mode: [] for mode in modes}
                 for _ in range(args.repeats):
                     for mode, (server, url) in servers.items():
                         passes[mode].append(asyncio.run(load(url, lines, concurrency, args.seconds)))
@@ -191,12 +209,16 @@ def model_alone(args: argparse.Namespace, work: Path, lines: list[str]) -> dict:
 
 
 def markdown_table(results: dict) -> str:
-    out = ["| shape | concurrency | mode | requests/s | tokens/s | batched / one per call | p50 ms | p99 ms | not 200 "
+    """The two modes (batched against one per call), or the settings (each against threads 1, workers 1)."""
+    settings = not any(r["mode"] in MODES for r in results["rows"])
+    baseline = "threads 1, workers 1" if settings else "one per call"
+    out = [f"| shape | concurrency | {'setting' if settings else 'mode'} | requests/s | tokens/s | "
+           f"{'against ' + baseline if settings else 'batched / one per call'} | p50 ms | p99 ms | not 200 "
            "| server peak RSS MB | client CPU s / wall s |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    one = {(r["shape"], r["concurrency"]): r["requests_per_s"] for r in results["rows"] if r["mode"] == "one per call"}
+    one = {(r["shape"], r["concurrency"]): r["requests_per_s"] for r in results["rows"] if r["mode"] == baseline}
     for r in sorted(results["rows"], key=lambda r: (r["shape"], r["concurrency"], r["mode"])):
         base = one.get((r["shape"], r["concurrency"]))
-        ratio = f"**x{r['requests_per_s'] / base:.2f}**" if base and r["mode"] == "batched" else "-"
+        ratio = f"**x{r['requests_per_s'] / base:.2f}**" if base and r["mode"] != baseline else "-"
         out.append(f"| {r['shape']} | {r['concurrency']} | {r['mode']} | {r['requests_per_s']:.1f} | "
                    f"{r['tokens_per_s']:,.0f} | {ratio} | {r['p50_s'] * 1000:,.0f} | {r['p99_s'] * 1000:,.0f} | "
                    f"{r['failures']} | {r['server_peak_rss_mb']:,.0f} | {r['client_cpu_s']:.1f} / {r['seconds']:.1f} |")
@@ -208,6 +230,8 @@ def main() -> None:
     p.add_argument("--shapes", default="bundled,original", help=f"any of {', '.join(SHAPES)}")
     p.add_argument("--concurrency", default="1,8,64")
     p.add_argument("--seconds", type=float, default=10.0, help="per measurement")
+    p.add_argument("--settings", help="instead of batched against one per call: batching servers with these "
+                   "threads and workers, e.g. t1w1,t2w1,t1w2,t2w2")
     p.add_argument("--repeats", type=int, default=3, help="rounds of both modes per concurrency (medians reported)")
     p.add_argument("--lines", type=int, default=2000, help="lines of wiki_corpus valid the clients send")
     p.add_argument("--out", default=str(HERE / "results" / "serve-load-cpu.json"))
