@@ -1,5 +1,7 @@
 """ELMo (Peters et al., NAACL 2018) in plain PyTorch: the exact biLM and the original model files."""
 
+# First, before anything loads torch: OpenMP reads its waiting policy once, when torch loads (elmo.threads).
+from . import threads  # noqa: F401  (isort: skip)
 from .bilm import (
     BiLM,
     BiLMOutput,

@@ -20,6 +20,7 @@ from .documents import CHUNK_STEPS, Document, check_documents, contextualize_doc
 from .errors import InputError
 from .int8 import quantize_bilm
 from .models import Model, default_model_name, load_bilm, resolve
+from .threads import ensure_threads
 
 LAYER_CHOICES = ("all", "top", "average")
 Layers = str | Sequence[int]  # one of LAYER_CHOICES, or layer numbers such as [1, 2]
@@ -88,11 +89,14 @@ class Embedder:
     """
 
     def __init__(self, bilm: BiLM | None = None, device: str | torch.device = "cpu", batch_size: int = 64,
-                 bf16: bool = False, int8: bool = False):
+                 bf16: bool = False, int8: bool = False, threads: int | None = None):
         """`bf16=True` runs the biLM under bfloat16 autocast (outputs stay float32): for GPUs with bf16
         units; on a CPU without native bf16 it is correct but several times slower than float32.
-        `int8=True` runs its matrix products in int8 on the CPU (`elmo.int8`, docs/performance.md#int8-on-cpu)."""
+        `int8=True` runs its matrix products in int8 on the CPU (`elmo.int8`, docs/performance.md#int8-on-cpu).
+        `threads`: torch's threads in this process; None keeps a count set through `elmo.threads.set_threads`,
+        else `elmo.threads.default_threads()` (torch's own default lost several-fold on shared cores)."""
         check_int8_choice(int8, device, bf16)
+        self.threads = ensure_threads(threads)
         self.device = check_device(device)
         self.batch_size = check_batch_size(batch_size)
         self.model_named = bilm is not None  # if not, embed_documents runs the bundled document model
@@ -243,7 +247,7 @@ class Embedder:
             name = default_model_name("document")
             print(f"elmo: no model named: documents are embedded with the bundled model `{name}`", file=sys.stderr)
             self._document_embedder = Embedder.from_model(name, device=self.device, batch_size=self.batch_size,
-                                                          bf16=self.bf16, int8=self.int8)
+                                                          bf16=self.bf16, int8=self.int8, threads=self.threads)
         return self._document_embedder
 
     def _documents_lazily(self, documents: Iterable[Document], view: Callable[[np.ndarray], np.ndarray],

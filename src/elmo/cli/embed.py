@@ -16,6 +16,7 @@ from ..errors import InputError
 from ..fileio import MAX_LINE_BYTES, check_not_input
 from ..long_lines import LONG_LINE_WINDOW
 from ..models import default_model_name, resolve
+from ..threads import check_threads
 from . import add_model_flags
 
 
@@ -70,6 +71,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(docs/performance.md#int8-on-cpu); not with --bf16 or a GPU")
     p.add_argument("--device", default="cpu",
                    help="cpu, cuda or cuda:N (under torchrun, cuda means one GPU per local rank)")
+    p.add_argument("--threads", type=int,
+                   help="torch threads per process (default: OMP_NUM_THREADS if set, else the usable CPUs shared "
+                   "among torchrun's local ranks; docs/performance.md#threads-on-shared-cores)")
     p.set_defaults(func=run, output_format="all")
 
 
@@ -82,7 +86,7 @@ def load_embedder(args: argparse.Namespace) -> Embedder:
         print(f"elmo: no --model: --context document runs the bundled model `{model}`", file=sys.stderr)
     model = resolve(model, args.options, args.weights)
     return Embedder.from_model(model, stateful=args.stateful, device=args.device, batch_size=args.batch_size, bf16=args.bf16,
-                               int8=args.int8)
+                               int8=args.int8, threads=args.threads)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
     check_int8_choice(args.int8, args.device, args.bf16)
     check_not_input(args.output, {"--options": args.options, "--weights": args.weights})
     check_device(args.device, "--device")
+    if args.threads is not None:
+        check_threads(args.threads, "--threads")
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if args.stateful and args.context == "document":
         raise InputError("--context document and --stateful exclude each other: document context replaces the state "
