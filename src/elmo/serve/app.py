@@ -94,7 +94,7 @@ def create_app(model: Embedder | ModelShape, model_name: str, layers: tuple[int,
                                               lambda: wait_for_disconnect(request.receive))
                 body = JSONResponse(parsed.answer(arrays, layers, model_name)).body
                 del arrays
-                response = ChunkedResponse(body, lambda: budget.give_back(size), media_type="application/json")
+                response = ChunkedResponse(body, lambda held=size: budget.give_back(held), media_type="application/json")
                 size = 0  # the response gives it back once sent
             except Exception as e:
                 response = await answer_error(request, e)
@@ -160,8 +160,10 @@ def workers_state(batcher: Batcher) -> dict:
     runner = batcher.runner
     ready = getattr(runner, "ready_workers", batcher.workers)
     counts = getattr(runner, "counts", None)
-    return {"workers_ready": ready, "workers": batcher.workers,
-            "worker_restarts": counts.restarts if counts else 0, "worker_deaths": counts.deaths if counts else 0}
+    pids = getattr(runner, "pids", dict)()
+    return {"workers_ready": ready, "workers": batcher.workers, "worker_pids": [pids.get(i) for i in range(
+            batcher.workers)] if pids else [], "worker_restarts": counts.restarts if counts else 0,
+            "worker_deaths": counts.deaths if counts else 0}
 
 
 def live_state(batcher: Batcher | None, budget: AnswerBudget) -> dict:
