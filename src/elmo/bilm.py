@@ -179,6 +179,15 @@ class CharEncoder(nn.Module):
         return self.project(features[0] if len(features) == 1 else torch.cat(features, dim=1))
 
 
+def check_right_padded(mask: torch.Tensor, what: str) -> None:
+    """Each row's tokens first, then its padding: the markers, the backward reversal and the LSTM's row
+    lengths all assume it, and a hole or left padding would give wrong vectors without a word."""
+    if mask.dim() == 2 and mask.shape[1] > 1 and bool((later := mask[:, 1:] & ~mask[:, :-1]).any()):
+        row, step = (int(i) for i in later.nonzero()[0])
+        raise InputError(f"{what}: row {row} has padding{' (ids all 0)' * (what == 'char_ids')} at token {step} and a token after it at "
+                         f"{step + 1}; each row must hold its tokens first and its padding after them (right padding)")
+
+
 def padding_start(ids: torch.Tensor, pad_id: int = PAD_CHAR + 1) -> torch.Tensor:
     """Per token (row of ids), where its trailing run of padding characters starts (50 if none)."""
     is_code = ids != pad_id
@@ -395,9 +404,12 @@ class BiLM(nn.Module):
                 what = "character ids" if self.lexicon is None else "token ids (from bilm.batch_to_ids)"
                 raise InputError(f"expected {what} of shape (batch, tokens, {width}), found {shape}")
             mask = (char_ids > 0).any(-1)
+            check_right_padded(mask, "char_ids")
             token_vectors = self.token_vectors(char_ids, mask)
         elif mask is None:
             raise InputError("token_vectors needs its mask")
+        else:
+            check_right_padded(mask, "mask")
         bos, eos = self.boundary_vectors()
         x, mask = add_sentence_boundaries(token_vectors, mask, bos, eos)
         del token_vectors  # x is a new tensor: the padded batch is held once
