@@ -1,4 +1,5 @@
-"""What the framework integrations share: model references with a clear refusal, and one batched biLM pass.
+"""What the framework integrations share: model references checked and refused clearly, the torch threads of
+each biLM pass, and one batched biLM pass.
 
 Framework-free (torch and this package only), so each integration imports its framework alone.
 """
@@ -14,6 +15,7 @@ from ..bilm import BiLM
 from ..errors import InputError, ModelFileError
 from ..hub.catalog import is_url, published_models
 from ..models import Model, bundled_models, resolve
+from ..threads import check_threads, set_threads, usable_cpus
 
 REFERENCE_PREFIXES = ("hf://",)
 
@@ -30,6 +32,18 @@ def known_model_names() -> list[str]:
     if manylangs:
         names.append(f"manylangs-XX (XX: {', '.join(manylangs)})")
     return names
+
+
+def check_reference(model: object, where: str, name: str = "model") -> None:
+    """A model reference as a user hands it over: a non-empty string or path (or an `elmo.models.Model`); anything
+    else is one InputError naming the argument and what was found (not a TypeError from deep inside)."""
+    if isinstance(model, Model):
+        return
+    text = model if isinstance(model, str) else os.fspath(model) if isinstance(model, os.PathLike) else None
+    if not isinstance(text, str) or not text.strip():
+        found = f"{type(model).__name__} {model!r:.80}" if not isinstance(model, str) else f"{model!r}"
+        raise InputError(f"{where}: {name} must be a model reference (a name such as 'default', a model folder, a "
+                         f"URL or hf://OWNER/REPO); found {found}")
 
 
 def resolve_reference(model: str | os.PathLike | Model | None, options_file=None, weight_file=None) -> Model:
@@ -62,17 +76,28 @@ def layers_in_batch(bilm: BiLM, sentences: Sequence[Sequence[str]], device: torc
     return [stacked[:, b, 1 : 1 + n] for b, n in enumerate(lengths)]
 
 
-_THREADS_SET_IN: list[int] = [os.getpid()]  # the process whose torch thread pool is its own
+# The torch threads of a biLM pass when none are asked for, measured (benchmarks/spacy_threads.py, docs/integrations.md
+# "Threads"): one thread.
+DEFAULT_THREADS = 1
+_STARTED_IN = os.getpid()  # a process with another pid and this module's state was forked from this one
 
 
-def one_thread_if_forked() -> None:
-    """In a process forked after torch ran (spaCy's `nlp.pipe(n_process=N)`, a preforking server), use one torch
-    thread: the OpenMP pool belongs to the parent and a forked child that enters it waits forever. One thread per
-    worker is also what N workers on N cores want. Called before each biLM pass; costs a getpid."""
-    pid = os.getpid()
-    if pid != _THREADS_SET_IN[0]:
-        torch.set_num_threads(1)
-        _THREADS_SET_IN[0] = pid
+def check_threads_setting(threads: object, where: str) -> int | None:
+    """A `threads` setting: a positive int, or None (every CPU the process may use); else one InputError."""
+    return None if threads is None else check_threads(threads, f"{where}: threads")
+
+
+def use_threads(threads: int | None) -> int:
+    """Before each biLM pass: torch's intra-op threads as the setting asks, never more than the CPUs this process
+    may use (affinity, cgroup quota: `elmo.threads.usable_cpus`; None asks for all of them). In a process forked
+    after this module loaded (spaCy's `nlp.pipe(n_process=N)`, a preforking server) always one: the OpenMP pool
+    belongs to the parent and a forked child that enters it waits forever (and N workers on N cores want one each).
+    Returns the count set."""
+    if os.getpid() != _STARTED_IN:
+        count = 1
+    else:
+        count = usable_cpus() if threads is None else min(threads, usable_cpus())
+    return set_threads(count)
 
 
 def parameter_device(module: torch.nn.Module) -> torch.device:

@@ -4,10 +4,12 @@ Same constructor as flair's own (flair/embeddings/legacy.py, which needs AllenNL
 (flair's names original, small, medium, large, 5.5B, pt, portuguese, pubmed, and every reference
 `elmo.models.resolve` knows), or `options_file` + `weight_file`; `embedding_mode` "all" (the layers
 concatenated), "top" or "average". The biLM is frozen and runs once per flair mini-batch on
-`flair.device`.
+`flair.device`, on `threads` torch threads (default 1, measured: docs/integrations.md "Threads"; never more than the
+CPUs the process may use; None: all of them).
 
-Its name is `elmo-MODEL-MODE`, as flair's own class names it: two embeddings of one model in different modes
-on one Sentence are two embeddings (with one name flair kept the first and skipped the second).
+Its name is `elmo-MODEL-FINGERPRINT-MODE` (FINGERPRINT: the first 12 hex digits of the weights' sha256): flair keys
+a token's vectors by name and skips an embedding whose name a Sentence already holds, so two models (two folders of
+one name included) and two modes of one model must be two names.
 
 What a saved tagger holds (`save=`): "weights" (default) puts the biLM's weights in the tagger's file,
 which then loads anywhere with nothing else (21.7 MB for the bundled model: the tagger stores float32);
@@ -37,10 +39,12 @@ from ..errors import InputError, ModelFileError
 from ..fingerprints import model_fingerprint
 from ..models import Model
 from ..options import BiLMConfig
-from .common import layers_in_batch, parameter_device, resolve_reference
+from .common import (DEFAULT_THREADS, check_reference, check_threads_setting, layers_in_batch, parameter_device,
+                     resolve_reference, use_threads)
 
 EMBEDDING_MODES = ("all", "top", "average")
 SAVE_CHOICES = ("weights", "reference")
+NAME_FINGERPRINT_DIGITS = 12
 
 
 @dataclass(frozen=True)
@@ -71,10 +75,12 @@ class ELMoEmbeddings(TokenEmbeddings):
 
     def __init__(self, model: str | os.PathLike | Model = "original", options_file: str | os.PathLike | None = None,
                  weight_file: str | os.PathLike | None = None, embedding_mode: str = "all", save: str = "weights",
-                 *, _saved: SavedELMo | None = None):
+                 threads: int | None = DEFAULT_THREADS, *, _saved: SavedELMo | None = None):
         _check_choice("embedding_mode", embedding_mode, EMBEDDING_MODES)
         _check_choice("save", save, SAVE_CHOICES)
+        threads = check_threads_setting(threads, "ELMoEmbeddings")
         if _saved is None:
+            _check_arguments(model, options_file, weight_file)
             resolved = resolve_reference(model, options_file, weight_file)
             bilm, reference = resolved.load(), resolved.name
             files = None if options_file is None else (os.fspath(options_file), os.fspath(weight_file))
@@ -85,14 +91,16 @@ class ELMoEmbeddings(TokenEmbeddings):
         if save == "weights" and bilm.lexicon is not None:
             raise InputError(f"{reference}: a model with its own lexicon (ELMoForManyLangs) is saved by reference; "
                              "pass save='reference'")
-        self.name = _saved.name if _saved else f"elmo-{_short_name(model, options_file)}-{embedding_mode}"
+        self._fingerprint = _saved.fingerprint if _saved else model_fingerprint(bilm)
+        self.name = _saved.name if _saved else (f"elmo-{_short_name(model, options_file)}-"
+                                                f"{self._fingerprint[:NAME_FINGERPRINT_DIGITS]}-{embedding_mode}")
         self.static_embeddings = True
         super().__init__()
+        self.threads = threads
         self.model_reference = reference
         self._saved_reference = (model, files)
         self.embedding_mode = embedding_mode
         self.save_mode = save
-        self._fingerprint = _saved.fingerprint if _saved else None
         if save == "weights":
             self.bilm = bilm  # a submodule: its weights go into the tagger's state_dict
         else:
@@ -123,6 +131,7 @@ class ELMoEmbeddings(TokenEmbeddings):
     def _add_embeddings_internal(self, sentences: list[Sentence]) -> list[Sentence]:
         """One biLM pass for the whole mini-batch; each token gets its row of the chosen view."""
         bilm = self.elmo_bilm
+        use_threads(getattr(self, "threads", DEFAULT_THREADS))  # taggers saved before the setting have none
         if parameter_device(bilm) != flair.device:
             bilm.to(flair.device)
         tokens = [[token.text for token in sentence] for sentence in sentences]
@@ -201,6 +210,16 @@ def _bilm_from_record(saved: SavedELMo) -> BiLM:
                              f"{saved.fingerprint[:16]}..., but this reference now gives {found[:16]}...; "
                              "restore the original model files, or save the tagger with save='weights'")
     return bilm
+
+
+def _check_arguments(model: object, options_file: object, weight_file: object) -> None:
+    """The model arguments' types, each named: a reference (or a Model), or two file paths."""
+    for name, value in (("options_file", options_file), ("weight_file", weight_file)):
+        if value is not None and not isinstance(value, (str, os.PathLike)):
+            raise InputError(f"ELMoEmbeddings: {name} must be a path (str or os.PathLike); found "
+                             f"{type(value).__name__} {value!r:.80}")
+    if options_file is None and weight_file is None:
+        check_reference(model, "ELMoEmbeddings")
 
 
 def _short_name(model: object, options_file: object) -> str:

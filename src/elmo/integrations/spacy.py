@@ -7,8 +7,10 @@ layers: "all" (the layers side by side, (n, (L+1)D)), "top", "average", or a fix
 layer, used as given). `tensor`: "set" replaces what an earlier component wrote there, "append" adds
 ours as the last columns when the tensor already has one row per token (else sets it), "none" leaves
 it alone. `nlp.pipe` embeds `batch_size` docs per biLM call. `to_disk` writes the biLM's own files
-(options.json + weights.hdf5) into the component's folder and `from_disk` loads them from there, so
-the reference in config.cfg is never read again (docs/integrations.md: what survives to_bytes/DocBin).
+(options.json + weights.hdf5, in the precision the biLM was loaded in) into the component's folder and `from_disk`
+loads them from there, so the reference in config.cfg is never read again (docs/integrations.md: what survives
+to_bytes/DocBin). `threads`: torch's threads for the biLM's passes (default 1, measured: docs/integrations.md
+"Threads"; never more than the CPUs the process may use; null: all of them).
 
 `nlp.pipe(..., n_process=N)`: each worker runs the biLM on one thread (a forked child cannot use the parent's
 OpenMP pool: it waits on it forever), and the hooks, which spaCy cannot send between processes, are put back on
@@ -18,6 +20,7 @@ each Doc in the parent from `doc._.elmo`, which it does send (`keep_hooks_across
 from __future__ import annotations
 
 import functools
+import math
 import multiprocessing
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -32,14 +35,18 @@ from ..devices import check_device
 from ..embedder import check_batch_size
 from ..errors import InputError, ModelFileError
 from ..models import OPTIONS_NAME, WEIGHTS_NAME
-from ..weights import load_bilm, save_bilm
-from .common import layers_in_batch, one_thread_if_forked, resolve_reference
-from .spacy_files import bilm_files, bilm_from_files, pack_files, unpack_files
+from ..weights import load_bilm
+from .common import (DEFAULT_THREADS, check_reference, check_threads_setting, layers_in_batch, resolve_reference,
+                     use_threads)
+from .spacy_files import bilm_files, bilm_from_files, pack_files, save_as_loaded, unpack_files
 
 LAYER_VIEWS = ("all", "top", "average")
 TENSOR_CHOICES = ("set", "append", "none")
 DEFAULT_CONFIG = {"model": "default", "layers": "all", "batch_size": 32, "device": "cpu", "tensor": "set",
-                  "vectors": True}
+                  "vectors": True, "threads": DEFAULT_THREADS}
+# A fixed mix's weights multiply activations of order 1-100 and are summed in float32: beyond this they overflow
+# (1e39 is already infinite in float32) or say nothing a smaller scale would not.
+MAX_MIX_WEIGHT = 1e6
 
 if not Doc.has_extension("elmo"):
     Doc.set_extension("elmo", default=None)
@@ -49,25 +56,25 @@ if not Doc.has_extension("elmo"):
 @Language.factory("elmo", default_config=DEFAULT_CONFIG, assigns=["doc._.elmo", "doc.tensor", "doc.user_hooks",
                                                                   "doc.user_token_hooks", "doc.user_span_hooks"])
 def make_elmo(nlp: Language, name: str, model: str, layers: str | list[float], batch_size: int, device: str,
-              tensor: str, vectors: bool) -> ELMoComponent:
+              tensor: str, vectors: bool, threads: int | None = DEFAULT_THREADS) -> ELMoComponent:
     keep_hooks_across_processes(nlp)
-    return ELMoComponent(name, model, layers, batch_size, device, tensor, vectors)
+    return ELMoComponent(name, model, layers, batch_size, device, tensor, vectors, threads)
 
 
 class ELMoComponent:
     """The pipeline component; the biLM loads on first use (or from a saved pipeline's folder)."""
 
     def __init__(self, name: str = "elmo", model: str = "default", layers: str | list[float] = "all",
-                 batch_size: int = 32, device: str = "cpu", tensor: str = "set", vectors: bool = True):
+                 batch_size: int = 32, device: str = "cpu", tensor: str = "set", vectors: bool = True,
+                 threads: int | None = DEFAULT_THREADS):
         if tensor not in TENSOR_CHOICES:
             raise InputError(f"elmo component: tensor must be one of {', '.join(TENSOR_CHOICES)}; found {tensor!r}")
-        if isinstance(layers, str) and layers not in LAYER_VIEWS:
-            raise InputError(f"elmo component: layers must be one of {', '.join(LAYER_VIEWS)} or a list of weights, "
-                             f"one per layer; found {layers!r}")
-        self.name, self.model_reference, self.layers = name, model, layers
+        check_reference(model, "elmo component")
+        self.name, self.model_reference, self.layers = name, model, check_layers(layers)
         self.batch_size = check_batch_size(batch_size)
         self.device = check_device(device)
         self.tensor, self.vectors = tensor, vectors
+        self.threads = check_threads_setting(threads, "elmo component")
         self._bilm: BiLM | None = None
 
     @property
@@ -93,7 +100,7 @@ class ELMoComponent:
             yield from batch
 
     def _annotate(self, docs: list[Doc]) -> None:
-        one_thread_if_forked()
+        use_threads(self.threads)
         arrays = layers_in_batch(self.bilm, [[token.text for token in doc] for doc in docs], self.device)
         hooks = self.vectors and not _in_spacy_worker()  # a worker's hooks would be dropped (W109); the parent adds them
         for doc, layers in zip(docs, arrays):
@@ -110,7 +117,7 @@ class ELMoComponent:
         bilm = self.bilm
         if bilm.lexicon is not None:
             bilm_files(bilm, self.model_reference)  # the refusal, with its message
-        save_bilm(bilm, Path(path) / OPTIONS_NAME, Path(path) / WEIGHTS_NAME)
+        save_as_loaded(bilm, path)
 
     def from_disk(self, path: str | Path, exclude: Iterable[str] = ()) -> ELMoComponent:
         folder = Path(path)
@@ -127,6 +134,25 @@ class ELMoComponent:
         where = f"elmo component {self.name!r} from_bytes"
         self._use(bilm_from_files(unpack_files(data, where), where))
         return self
+
+
+def check_layers(layers: object) -> str | list[float]:
+    """The `layers` setting: a view's name, or a fixed mix of finite numbers within +-MAX_MIX_WEIGHT (as float32,
+    the precision the mix is computed in); anything else is one InputError naming it."""
+    if isinstance(layers, str):
+        if layers not in LAYER_VIEWS:
+            raise InputError(f"elmo component: layers must be one of {', '.join(LAYER_VIEWS)} or a list of weights, "
+                             f"one per layer; found {layers!r}")
+        return layers
+    if not isinstance(layers, (list, tuple)) or not layers:
+        raise InputError(f"elmo component: layers must be one of {', '.join(LAYER_VIEWS)} or a list of weights, one "
+                         f"per layer; found {type(layers).__name__} {layers!r:.80}")
+    for weight in layers:
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or abs(weight) > MAX_MIX_WEIGHT \
+                or not math.isfinite(weight):  # abs first: a huge int overflows float()
+            raise InputError(f"elmo component: layers' weights must be finite numbers within +-{MAX_MIX_WEIGHT:g}; "
+                             f"found {weight!r:.40} in {list(layers)!r:.120}")
+    return [float(weight) for weight in layers]
 
 
 def _in_spacy_worker() -> bool:

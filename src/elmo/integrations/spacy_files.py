@@ -4,17 +4,24 @@ Both the `elmo` component (`to_bytes`/`from_bytes`) and the `elmo.ELMoEmbed.v1` 
 biLM this way, so a pipeline needs nothing outside itself. Whatever comes back is validated as the files are on
 disk (`load_bilm`: options.json checked, every dataset's shape and dtype checked): empty, garbage or mistyped
 bytes are one ModelFileError naming `where`, never a KeyError or a msgpack exception.
+
+The weights are written in the precision they were loaded in: float16 when every weight is a float16 value (the
+bundled model ships as float16: 10.9 MB, not 21.7 MB of float32), float32 otherwise, so a reloaded pipeline gives
+exactly the same vectors.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
+
+import torch
 
 from ..bilm import BiLM
 from ..errors import ModelFileError
 from ..models import OPTIONS_NAME, WEIGHTS_NAME
-from ..weights import load_bilm, save_bilm
+from ..weights import dataset_map, load_bilm, save_bilm
 
 FILE_NAMES = (OPTIONS_NAME, WEIGHTS_NAME)
 
@@ -25,8 +32,19 @@ def bilm_files(bilm: BiLM, where: str) -> dict[str, bytes]:
         raise ModelFileError(f"{where}: an ELMoForManyLangs model cannot be written into a spaCy pipeline (its "
                              "lexicon has no options.json + weights.hdf5 form); convert it first")
     with tempfile.TemporaryDirectory() as tmp:
-        save_bilm(bilm, Path(tmp) / OPTIONS_NAME, Path(tmp) / WEIGHTS_NAME)
+        save_as_loaded(bilm, tmp)
         return {name: (Path(tmp) / name).read_bytes() for name in FILE_NAMES}
+
+
+def holds_float16(bilm: BiLM) -> bool:
+    """Whether every weight is a float16 value (as loaded from a float16 file): then float16 stores it exactly."""
+    with torch.no_grad():
+        return all(torch.equal(param.to(torch.float16).to(param.dtype), param) for param, _ in dataset_map(bilm).values())
+
+
+def save_as_loaded(bilm: BiLM, folder: str | os.PathLike) -> None:
+    """options.json + weights.hdf5 of `bilm` in `folder`, the weights in the precision they were loaded in."""
+    save_bilm(bilm, Path(folder) / OPTIONS_NAME, Path(folder) / WEIGHTS_NAME, float16=holds_float16(bilm))
 
 
 def check_files(files: object, where: str) -> dict[str, bytes]:

@@ -9,8 +9,12 @@ inside the layer, once per sentence (a Doc's sentences when it has boundaries, e
 layers are cached by the sentence's words: they never change (the biLM is frozen), so every epoch after the
 first reads them from the cache (docs/integrations.md: why inside the layer, and what the cache saves).
 
-The biLM's files are kept in the layer's attrs from `initialize` on, so a saved pipeline carries them and
-loads without the reference in its config (`elmo.integrations.spacy_files`).
+The biLM's files are kept in the layer's attrs from `initialize` on, in the precision the biLM was loaded in, so a
+saved pipeline carries them and loads without the reference in its config (`elmo.integrations.spacy_files`).
+
+`threads`: torch's threads for the biLM's passes (default 1, measured: docs/integrations.md "Threads"; never more
+than the CPUs the process may use; null: all of them). `width` is checked against the machine's memory before the
+output layer is allocated (at initialize, when the biLM's dimension is known).
 """
 
 from __future__ import annotations
@@ -23,36 +27,44 @@ from spacy.tokens import Doc
 from thinc.api import Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats2d
 
+from ..allocator import physical_memory
 from ..bilm import BiLM
 from ..errors import InputError, ModelFileError
-from .common import layers_in_batch, one_thread_if_forked, resolve_reference
+from .common import (DEFAULT_THREADS, check_reference, check_threads_setting, layers_in_batch, resolve_reference,
+                     use_threads)
 from .spacy_files import bilm_files, bilm_from_files
 
 MIX_NAME = "elmo_mix"
 BILM_BATCH = 32  # sentences per biLM pass when filling the cache (sorted by length: little padding)
+MAXOUT_PIECES = 3
+TRAINING_COPIES = 4  # a parameter in training: its values, its gradient and Adam's two moments
 
 
 def elmo_embed(width: int, model: str = "default", embed: Model | None = None, dropout: float = 0.5,
-               cache_mb: int = 2048) -> Model[list[Doc], list[Floats2d]]:
+               cache_mb: int = 2048, threads: int | None = DEFAULT_THREADS) -> Model[list[Doc], list[Floats2d]]:
     """The architecture: [embed(docs); mix(docs)] (or the mix alone when `embed` is None) -> Maxout to `width`."""
     if not isinstance(width, int) or isinstance(width, bool) or width < 1:
         raise InputError(f"elmo.ELMoEmbed.v1: width must be a positive integer; found {width!r}")
-    mix = elmo_mix(model, dropout, cache_mb)
+    mix = elmo_mix(model, dropout, cache_mb, threads)
+    mix.attrs["output_width"] = width  # for the size check at initialize (`_check_output_size`)
+    mix.attrs["embed_width"] = (embed.maybe_get_dim("nO") or 0) if embed is not None else 0
     inner = mix if embed is None else concatenate(embed, mix)
     return chain(inner, with_array(Maxout(width, nP=3, dropout=0.0, normalize=True)))
 
 
-def elmo_mix(model: str = "default", dropout: float = 0.5, cache_mb: int = 2048) -> Model[list[Doc], list[Floats2d]]:
+def elmo_mix(model: str = "default", dropout: float = 0.5, cache_mb: int = 2048,
+             threads: int | None = DEFAULT_THREADS) -> Model[list[Doc], list[Floats2d]]:
     """The learned scalar mix of the frozen biLM's layers, one (n, D) array per Doc; params `scalar_weights`
     (pre-softmax, one per layer, starting equal) and `gamma` (starting at 1)."""
     if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0 <= dropout < 1:
         raise InputError(f"elmo.ELMoEmbed.v1: dropout must be a number in [0, 1); found {dropout!r}")
     if not isinstance(cache_mb, int) or isinstance(cache_mb, bool) or cache_mb < 0:
         raise InputError(f"elmo.ELMoEmbed.v1: cache_mb must be an integer >= 0; found {cache_mb!r}")
-    if not isinstance(model, str) or not model:
-        raise InputError(f"elmo.ELMoEmbed.v1: model must be a model reference (a name, folder, URL or hf://...); "
-                         f"found {model!r}")
-    runner = LayerRunner(model, cache_mb)
+    if not isinstance(model, str):  # a config gives strings; a Model or a path object would not survive saving
+        raise InputError(f"elmo.ELMoEmbed.v1: model must be a model reference (a name, folder, URL or hf://...) as a "
+                         f"string; found {type(model).__name__} {model!r:.80}")
+    check_reference(model, "elmo.ELMoEmbed.v1")
+    runner = LayerRunner(model, cache_mb, check_threads_setting(threads, "elmo.ELMoEmbed.v1"))
     return Model(MIX_NAME, _mix_forward, init=_mix_init, dims={"nO": None},
                  params={"scalar_weights": None, "gamma": None},
                  attrs={"elmo_model": model, "elmo_files": None, "mix_dropout": float(dropout),
@@ -64,8 +76,9 @@ class LayerRunner:
     attrs; a frozen biLM and its outputs are the same for every copy). Never serialized (thinc skips attrs
     msgpack cannot write): the biLM's files travel in the `elmo_files` attr instead."""
 
-    def __init__(self, reference: str, cache_mb: int):
+    def __init__(self, reference: str, cache_mb: int, threads: int | None = DEFAULT_THREADS):
         self.reference = reference
+        self.threads = threads
         self.cache_limit = cache_mb * 2**20
         self.cache: OrderedDict[tuple[str, ...], np.ndarray] = OrderedDict()
         self.cache_bytes = 0
@@ -111,7 +124,7 @@ class LayerRunner:
     def _compute(self, sentences: list[tuple[str, ...]]) -> dict[tuple[str, ...], np.ndarray]:
         computed: dict[tuple[str, ...], np.ndarray] = {}
         if sentences:
-            one_thread_if_forked()
+            use_threads(self.threads)
         for start in range(0, len(sentences), BILM_BATCH):
             chunk = [s for s in sentences[start : start + BILM_BATCH] if s]
             for words, layers in zip(chunk, layers_in_batch(self.bilm, [list(s) for s in chunk], _cpu())):
@@ -156,9 +169,25 @@ def _mix_init(model: Model, X: list[Doc] | None = None, Y=None) -> Model:
         model.attrs["elmo_files"] = bilm_files(bilm, f"the ELMo layer ({runner.reference})")
         runner._files_id = id(model.attrs["elmo_files"])
     model.set_dim("nO", bilm.output_dim())
+    _check_output_size(model, bilm.output_dim())
     model.set_param("scalar_weights", model.ops.alloc1f(bilm.num_layers))
     model.set_param("gamma", model.ops.asarray1f([1.0]))
     return model
+
+
+def _check_output_size(model: Model, elmo_dim: int) -> None:
+    """Before the output layer (Maxout, `width` x 3 pieces x its input) is allocated: refuse a `width` whose weights
+    in training exceed this machine's memory, with the sizes, instead of a MemoryError from inside thinc."""
+    width, memory = model.attrs.get("output_width"), physical_memory()
+    if not width or memory is None:
+        return
+    inputs = elmo_dim + int(model.attrs.get("embed_width") or 0)
+    need = 4 * TRAINING_COPIES * width * MAXOUT_PIECES * inputs
+    if need > memory:
+        raise InputError(f"elmo.ELMoEmbed.v1: width {width:,} makes an output layer of {width:,} x {MAXOUT_PIECES} x "
+                         f"{inputs:,} weights, {need / 2**30:,.1f} GiB in training (float32 values, gradients and "
+                         f"Adam's two moments), more than this machine's {memory / 2**30:,.1f} GiB of memory; "
+                         f"spaCy's encoders use widths of 64 to 1024")
 
 
 def _softmax(w: np.ndarray) -> np.ndarray:
