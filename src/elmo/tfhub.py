@@ -165,6 +165,8 @@ def token_inputs(inputs) -> tuple[list[list[str]], int]:
         raise InputError(f"the tokens signature takes a dict with 'tokens' and 'sequence_len', found {found}")
     tokens = np.asarray(inputs["tokens"], dtype=object)
     lengths = np.asarray(inputs["sequence_len"])
+    if lengths.size == 0:
+        lengths = lengths.astype(np.int64)  # [] is float to numpy; no length is no wrong type
     if tokens.ndim != 2 or lengths.ndim != 1 or lengths.shape[0] != tokens.shape[0]:
         raise InputError(f"'tokens' must be [batch, max_length] and 'sequence_len' [batch], found {list(tokens.shape)} "
                          f"and {list(lengths.shape)}")
