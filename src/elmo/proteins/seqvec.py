@@ -150,7 +150,8 @@ class SeqVecEmbedder:
 def residue_batches(items: Iterable[T], batch_size: int, length: Callable[[T], int] = len) -> Iterator[list[T]]:
     """bio_embeddings' batching (`EmbedderInterface.embed_many`), one place for `embed_many` and the FASTA pipeline:
     items in order; a batch ends when the next item would bring it to `batch_size` residues or more; an item longer
-    than `batch_size` is a batch of its own. The batches are fixed by the order alone, so a run resumed after a
+    than `batch_size` is a batch of its own (after the batch before it: bio_embeddings gives it first, so its
+    results come out of input order; for its pipeline's longest-first order the batches are the same). The batches are fixed by the order alone, so a run resumed after a
     batch continues with the batches the first run would have made."""
     batch_size = _positive(batch_size, "batch_size")
     batch: list[T] = []
@@ -160,6 +161,9 @@ def residue_batches(items: Iterable[T], batch_size: int, length: Callable[[T], i
         if n > batch_size:
             logger.warning("A sequence is %d residues long, which is longer than your `batch_size` parameter "
                            "which is %d", n, batch_size)
+            if batch:  # bio_embeddings yields the long one first, out of input order; here the order is kept
+                yield batch
+                batch, total = [], 0
             yield [item]
             continue
         if total + n >= batch_size and batch:
