@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import glob
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,9 +57,13 @@ def run_import_tf(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..errors import ModelFileError
+    from ..fileio import check_not_input
     from ..hub.tfhub import archive_error, extracted_module_archive, is_module_archive
     from ..tf.bilm_import import find_bilm_checkpoint, import_bilm_checkpoint
 
+    sources = [args.checkpoint, glob.escape(args.checkpoint) + "*"]  # a folder, a file, a checkpoint's prefix
+    check_not_input(args.output, {"CKPT_PREFIX|MODULE": sources, "--options": args.options, "--vocab": args.vocab},
+                    flag="OUT", folder=True)
     if is_module_archive(args.checkpoint):  # unpacked into a temporary folder, removed afterwards
         with extracted_module_archive(args.checkpoint) as folder:
             try:

@@ -38,8 +38,11 @@ def run_embed_proteins(args: argparse.Namespace) -> int:
     from ..models import resolve
     from ..proteins.pipeline import embed_fasta
     from ..proteins.seqvec import SeqVecEmbedder
+    from ..fileio import check_not_input
     from ..threads import set_threads
 
+    check_not_input(args.out, {"FASTA": args.fasta, "--options": args.options, "--weights": args.weights},
+                    flag="OUT", folder=True)
     set_threads(args.threads, flag="--threads")
     files = resolve(args.model if args.options is None else None, args.options, args.weights).original_files()
     embedder = SeqVecEmbedder(args.warmup_rounds, options_file=files.options_file, weights_file=files.weight_file,
