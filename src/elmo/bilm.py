@@ -247,10 +247,10 @@ class LstmLayer(nn.Module):
                 done_h.append(h[n:])
                 c, h = c[:n], h[:n]
             i, j, f, o = products.gates(t, h)
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * products.tanh(j)
             if self.cell_clip is not None:
                 c = c.clamp(-self.cell_clip, self.cell_clip)
-            h = torch.sigmoid(o) * torch.tanh(c)
+            h = torch.sigmoid(o) * products.tanh(c)
             if self.W_P_0 is not None:
                 h = products.project(h)
                 if self.proj_clip is not None:

@@ -96,14 +96,31 @@ class Int8Linear:
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
         w = weight.detach().float()  # (in, out): quantized per column, so no float32 copy is made
-        self.in_features, self.out_features = w.shape
-        self.scale = torch.maximum(w.amax(dim=0), w.amin(dim=0).neg()).div_(127).clamp_(min=torch.finfo(torch.float32).tiny)
-        scales, zeros = self.scale.double(), torch.zeros(self.out_features, dtype=torch.long)
-        q = quantize_columns(w, self.scale)
+        scale = torch.maximum(w.amax(dim=0), w.amin(dim=0).neg()).div_(127).clamp_(min=torch.finfo(torch.float32).tiny)
+        self._pack(quantize_columns(w, scale), scale, None if bias is None else bias.detach().float().clone())
+
+    @classmethod
+    def from_quantized(cls, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> Int8Linear:
+        """The linear whose int8 weight (in, out), scales and bias were made before (`quantized()`), as
+        an int8 store holds them: packed for the kernel, nothing quantized again."""
+        linear = cls.__new__(cls)
+        linear._pack(q, scale, bias)
+        return linear
+
+    def _pack(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.in_features, self.out_features = q.shape
+        self.scale, self.bias = scale, bias
+        zeros = torch.zeros(self.out_features, dtype=torch.long)
         with _fbgemm_engine():
-            q = torch._make_per_channel_quantized_tensor(q.t().contiguous(), scales, zeros, 0)  # (out, in), as fbgemm packs
+            q = torch._make_per_channel_quantized_tensor(q.t().contiguous(), scale.double(), zeros, 0)  # (out, in), as fbgemm packs
             self._packed = torch.ops.quantized.linear_prepack(q, None)
-        self.bias = None if bias is None else bias.detach().float().clone()
+
+    def quantized(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(int8 weight (in, out), float32 scale per output channel, float32 bias or None): what
+        `from_quantized` takes back, read from the packed copy (for writing an int8 store)."""
+        with _fbgemm_engine():
+            q = torch.ops.quantized.linear_unpack(self._packed)[0].int_repr()
+        return q.t().contiguous(), self.scale, self.bias
 
     @property
     def nbytes(self) -> int:
@@ -160,13 +177,20 @@ def _refuse_gradients(params: Sequence[torch.Tensor], *tensors: torch.Tensor) ->
 class Int8CharProducts:
     """A `CharEncoder`'s highways (carry and transform as one product) and projection in int8."""
 
-    def __init__(self, encoder):
+    def __init__(self, encoder, linears: list[Int8Linear] | None = None):
+        """`linears`: the highways' and projection's (`self.linears`) made before, else quantized here."""
         self.encoder = encoder
-        self.highways = [
-            Int8Linear(torch.cat([encoder.highway_carry_w[k], encoder.highway_transform_w[k]], dim=1),
-                       torch.cat([encoder.highway_carry_b[k], encoder.highway_transform_b[k]]))
-            for k in range(encoder.config.n_highway)]
-        self.projection = None if encoder.proj_w is None else Int8Linear(encoder.proj_w, encoder.proj_b)
+        if linears is None:
+            linears = [Int8Linear(torch.cat([encoder.highway_carry_w[k], encoder.highway_transform_w[k]], dim=1),
+                                  torch.cat([encoder.highway_carry_b[k], encoder.highway_transform_b[k]]))
+                       for k in range(encoder.config.n_highway)]
+            linears += [] if encoder.proj_w is None else [Int8Linear(encoder.proj_w, encoder.proj_b)]
+        n = encoder.config.n_highway
+        self.highways, self.projection = linears[:n], (linears[n] if len(linears) > n else None)
+
+    @property
+    def linears(self) -> list[Int8Linear]:
+        return self.highways + ([] if self.projection is None else [self.projection])
 
     def highway(self, k: int, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         _refuse_gradients(list(self.encoder.parameters()), h)
@@ -186,11 +210,19 @@ class Int8LstmProducts:
     """An `LstmLayer`'s input, recurrent and projection products in int8: per call, the same
     `lstm_kernels.StepProducts` as the float32 kernels give."""
 
-    def __init__(self, layer):
-        w_x, w_h = layer.W_0[: layer.input_dim], layer.W_0[layer.input_dim :]
-        self.input = Int8Linear(w_x, layer.B + layer._forget_one())
-        self.recurrent = Int8Linear(w_h)
-        self.projection = None if layer.W_P_0 is None else Int8Linear(layer.W_P_0)
+    def __init__(self, layer, linears: list[Int8Linear] | None = None):
+        """`linears`: the input, recurrent and projection products (`self.linears`) made before, else
+        quantized here."""
+        if linears is None:
+            w_x, w_h = layer.W_0[: layer.input_dim], layer.W_0[layer.input_dim :]
+            linears = [Int8Linear(w_x, layer.B + layer._forget_one()), Int8Linear(w_h)]
+            linears += [] if layer.W_P_0 is None else [Int8Linear(layer.W_P_0)]
+        self.input, self.recurrent = linears[:2]
+        self.projection = linears[2] if len(linears) > 2 else None
+
+    @property
+    def linears(self) -> list[Int8Linear]:
+        return [self.input, self.recurrent] + ([] if self.projection is None else [self.projection])
 
     def products(self, packed: torch.Tensor, active: list[int], x: torch.Tensor, state, params) -> StepProducts:
         _refuse_gradients(params, x, *state)
@@ -232,16 +264,24 @@ class _Int8Steps:
     def project(self, h: torch.Tensor) -> torch.Tensor:
         return self.projection(h)
 
+    @staticmethod
+    def tanh(x: torch.Tensor) -> torch.Tensor:
+        """numpy's float32 tanh: 4-6x faster than torch's here (torch 2.13 on AVX2 and AVX-512 alike,
+        docs/performance.md), within 1e-7 of it, and like it elementwise, so a row's result never
+        depends on its batch. The float32 path keeps torch's, so its numbers stay as they were."""
+        return torch.from_numpy(np.tanh(x.numpy()))
 
-def int8_parts(bilm) -> list[tuple[torch.nn.Module, Callable[[bool], None]]]:
+
+def int8_parts(bilm) -> list[tuple[torch.nn.Module, Callable[..., None]]]:
     """The parts converted one at a time, in the weight file's order: the char encoder, then each LSTM
-    layer. Each comes with `convert(keep_float32)`, which gives that part its int8 products and, unless
-    kept, releases the float32 weights they replace (a loader fills one part, converts it, then reads
-    the next, so at most one part's float32 weights are ever held)."""
+    layer. Each comes with `convert(keep_float32, linears=None)`, which gives that part its int8 products
+    (quantized from its float32 weights, or `linears` made before: an int8 store's) and, unless kept,
+    releases the float32 weights they replace (a loader fills one part, converts it, then reads the
+    next, so at most one part's float32 weights are ever held)."""
     enc = bilm.char_encoder
 
-    def convert_encoder(keep_float32: bool) -> None:
-        enc.int8 = Int8CharProducts(enc)
+    def convert_encoder(keep_float32: bool, linears: list[Int8Linear] | None = None) -> None:
+        enc.int8 = Int8CharProducts(enc, linears)
         if not keep_float32:
             for weights in (enc.highway_carry_w, enc.highway_transform_w):
                 for k in range(len(weights)):
@@ -250,8 +290,8 @@ def int8_parts(bilm) -> list[tuple[torch.nn.Module, Callable[[bool], None]]]:
                 enc.proj_w = _released()
 
     def converter(layer) -> Callable[[bool], None]:
-        def convert_layer(keep_float32: bool) -> None:
-            layer.int8 = Int8LstmProducts(layer)
+        def convert_layer(keep_float32: bool, linears: list[Int8Linear] | None = None) -> None:
+            layer.int8 = Int8LstmProducts(layer, linears)
             if not keep_float32:
                 layer.W_0 = _released()
                 if layer.W_P_0 is not None:

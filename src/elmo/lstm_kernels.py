@@ -95,6 +95,9 @@ class StepProducts(Protocol):
     def project(self, h: torch.Tensor) -> torch.Tensor:
         """h (n, H) -> (n, P) through the layer's projection."""
 
+    def tanh(self, x: torch.Tensor) -> torch.Tensor:
+        """The cell's tanh (torch's in float32; int8 takes a faster one, elmo.int8)."""
+
 
 class Float32Products:
     """A layer's float32 products for one call: the input products of all steps at once, then each
@@ -131,3 +134,5 @@ class Float32Products:
 
     def project(self, h: torch.Tensor) -> torch.Tensor:
         return (self.w_p @ h.t()).t() if h.shape[0] > PROJECTION_ROW_MAJOR_MAX_ROWS else h @ self.w_p_rows
+
+    tanh = staticmethod(torch.tanh)
