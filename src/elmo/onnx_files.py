@@ -115,6 +115,7 @@ def save_model(model, path: str, threshold: int = EXTERNAL_DATA_BYTES) -> list[s
     if external:
         onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
                         location=os.path.basename(data), size_threshold=1024)
+        os.chmod(data, os.stat(path).st_mode & 0o7777)  # onnx makes it private; the usual mode, as the graph's
     else:
         onnx.save_model(model, path)
     onnx.checker.check_model(path)
