@@ -18,7 +18,7 @@ from ..errors import ElmoError
 T = TypeVar("T")
 # One module per command group, each with register(subparsers); add new groups here.
 COMMAND_MODULES = ["embed", "tasks", "vocab", "train", "perplexity", "export", "lab", "hub", "import_tf", "export_onnx",
-                   "serve", "proteins"]
+                   "serve", "proteins", "embed_dataset"]
 
 
 def settings_from_args(cls: type[T], args: argparse.Namespace, **given) -> T:

@@ -1,0 +1,151 @@
+"""Ray Data (elmo.integrations.ray, `elmo embed-dataset`) on a local cluster on 127.0.0.1: every vector equals
+`elmo embed`'s for the same line (1e-6), every id appears exactly once, a rerun skips what was written."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import h5py
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray", reason="Ray Data is the [ray] extra")
+pa = pytest.importorskip("pyarrow")
+import pyarrow.parquet as pq  # noqa: E402
+
+from elmo.cli import main  # noqa: E402
+from elmo.errors import InputError  # noqa: E402
+from elmo.integrations.ray import ElmoBatchEmbedder, read_vectors  # noqa: E402
+from elmo.integrations.ray_dataset import DatasetSettings, embed_dataset  # noqa: E402
+
+pytestmark = pytest.mark.slow  # a Ray cluster starts in seconds, its actors load torch
+
+LINES = ["The Second Hungarian Republic was a parliamentary republic .", "", "It was succeeded by the People 's Republic ."
+         , "From September 1944 until April 1945 , the Red Army occupied Hungary .", "Budapest", "a b c d e f g h i j",
+         "Neither the Western Allies nor the Soviet Union supported any changes .", "x " * 600]  # > 512: long-line windows
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """The lines as text, and `elmo embed`'s vectors for them (parts of 4 lines, as the runs below): all layers per
+    token, and the mean-pooled average."""
+    folder = tmp_path_factory.mktemp("ray")
+    text = folder / "lines.txt"
+    text.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    assert main(["embed", str(text), str(folder / "all.hdf5"), "--threads", "1", "--part-lines", "4"]) == 0
+    assert main(["embed", str(text), str(folder / "pooled.hdf5"), "--average", "--pool", "mean", "--threads", "1",
+                 "--part-lines", "4"]) == 0
+    with h5py.File(folder / "all.hdf5") as f_all, h5py.File(folder / "pooled.hdf5") as f_pooled:
+        expected = {n: (f_all[str(n)][()], f_pooled[str(n)][()]) for n in range(len(LINES))}
+    return folder, text, expected
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", logging_level="warning")
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    yield
+    ray.shutdown()
+
+
+def read_output(folder) -> pa.Table:
+    return pa.concat_tables([pq.read_table(folder / name) for name in sorted(os.listdir(folder))
+                             if name.startswith("part-")])
+
+
+def by_id(table: pa.Table) -> dict:
+    return dict(zip(table.column("id").to_pylist(), read_vectors(table)))
+
+
+def test_batch_embedder_is_elmo_embed_without_a_cluster(corpus):
+    _, _, expected = corpus
+    embedder = ElmoBatchEmbedder(None, threads=1)
+    pooling = ElmoBatchEmbedder(None, threads=1, output_format="average", pool="mean")
+    out, pooled = {"id": [], "elmo": []}, {"elmo": []}
+    for start in (0, 4):  # the batches elmo embed --part-lines 4 runs
+        batch = {"id": np.arange(start, start + 4), "text": np.array(LINES[start : start + 4], dtype=object)}
+        got = embedder(dict(batch))
+        out["id"] += list(got["id"])
+        out["elmo"] += list(got["elmo"])
+        pooled["elmo"] += list(pooling(dict(batch))["elmo"])
+        embedder.embedder.bilm.token_cache.clear()
+        pooling.embedder.bilm.token_cache.clear()
+    assert out["id"] == list(range(len(LINES)))
+    assert np.stack(pooled["elmo"]).shape == (len(LINES), expected[0][1].shape[0])
+    for n in range(len(LINES)):
+        np.testing.assert_allclose(out["elmo"][n], expected[n][0], atol=1e-6, rtol=0)
+        np.testing.assert_allclose(pooled["elmo"][n], expected[n][1], atol=1e-6, rtol=0)
+
+
+def test_batch_embedder_refuses_bad_rows():
+    embedder = ElmoBatchEmbedder(None, threads=1, tokens_column="tokens")
+    with pytest.raises(InputError, match="column 'tokens', row 1: expected a list of token strings, found str"):
+        embedder({"tokens": np.array([["a"], "b c"], dtype=object)})
+    with pytest.raises(InputError, match="no column 'tokens'"):
+        embedder({"text": np.array(["a"])})
+
+
+def test_map_batches_on_a_local_cluster(corpus, cluster):
+    """The callable class as users write it: tensor columns, the id kept, `elmo embed`'s vectors."""
+    _, _, expected = corpus
+    ds = ray.data.from_items([{"id": n, "text": line} for n, line in enumerate(LINES)], override_num_blocks=2)
+    pooled = ds.map_batches(ElmoBatchEmbedder, fn_constructor_kwargs={"output_format": "average", "pool": "mean"},
+                            compute=ray.data.ActorPoolStrategy(size=2), num_cpus=1, batch_size=3).take_all()
+    tokens = ds.map_batches(ElmoBatchEmbedder, compute=ray.data.ActorPoolStrategy(size=2), num_cpus=1,
+                            batch_size=4).take_all()  # 2 blocks of 4 rows, each on an actor of its own
+    assert sorted(row["id"] for row in pooled) == sorted(row["id"] for row in tokens) == list(range(len(LINES)))
+    for row in pooled:
+        np.testing.assert_allclose(row["elmo"], expected[row["id"]][1], atol=1e-6, rtol=0)
+    for row in tokens:
+        np.testing.assert_allclose(row["elmo"], expected[row["id"]][0], atol=1e-6, rtol=0)
+
+
+def test_embed_dataset_exact_once_and_resumed(corpus, cluster, tmp_path):
+    _, text, expected = corpus
+    out = tmp_path / "out"
+    settings = DatasetSettings(part_rows=4)
+    summary = embed_dataset(str(text), str(out), settings, actors=2, progress=False)
+    assert summary["parts"] == 2 and summary["rows"] == len(LINES)
+    table = read_output(out)
+    assert sorted(table.column("id").to_pylist()) == list(range(len(LINES)))  # every id exactly once
+    for n, vectors in by_id(table).items():
+        np.testing.assert_allclose(vectors, expected[n][0], atol=1e-6, rtol=0)
+    # a crash: one part never renamed (its temporary file left), another lost; the rerun redoes only that one
+    kept = {"part-000000.parquet": os.stat(out / "part-000000.parquet").st_mtime_ns}
+    os.remove(out / "part-000001.parquet")
+    (out / ".part-000001.parquet.abc.parquet.tmp").write_bytes(b"half a part")
+    again = embed_dataset(str(text), str(out), settings, actors=2, progress=False)
+    assert again["parts_skipped"] == 1 and again["rows"] == 4
+    assert {name: os.stat(out / name).st_mtime_ns for name in kept} == kept
+    assert sorted(os.listdir(out)) == ["_elmo_dataset.json", "part-000000.parquet", "part-000001.parquet"]
+    assert sorted(read_output(out).column("id").to_pylist()) == list(range(len(LINES)))
+    assert json.loads((out / "_elmo_dataset.json").read_text())["complete"] is True
+    with pytest.raises(InputError, match="other settings"):
+        embed_dataset(str(text), str(out), DatasetSettings(part_rows=4, pool="mean"), actors=1, progress=False)
+
+
+def test_jsonl_tokens_and_parquet_ids_pooled(corpus, cluster, tmp_path):
+    _, _, expected = corpus
+    jsonl = tmp_path / "rows.jsonl"
+    jsonl.write_text("".join(json.dumps({"key": f"k{n}", "tokens": line.split()}) + "\n" for n, line in enumerate(LINES)))
+    settings = DatasetSettings(tokens_column="tokens", id_column="key", output_format="average", pool="mean",
+                               part_rows=4)
+    embed_dataset(str(jsonl), str(tmp_path / "from_jsonl"), settings, actors=2, progress=False)
+    table = read_output(tmp_path / "from_jsonl")
+    assert sorted(table.column("key" if "key" in table.column_names else "id").to_pylist()) == sorted(
+        f"k{n}" for n in range(len(LINES)))
+    vectors = by_id(table)
+    for n in range(len(LINES)):
+        np.testing.assert_allclose(vectors[f"k{n}"], expected[n][1], atol=1e-6, rtol=0)
+    parquet = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"sid": list(range(100, 100 + len(LINES))), "text": LINES}), parquet, row_group_size=2)
+    # row groups of 2 make parts of 4 rows
+    embed_dataset(str(parquet), str(tmp_path / "from_parquet"),
+                  DatasetSettings(id_column="sid", output_format="average", pool="mean", part_rows=4), actors=2,
+                  progress=False)
+    table = read_output(tmp_path / "from_parquet")
+    vectors = by_id(table)
+    assert sorted(vectors) == list(range(100, 100 + len(LINES)))
+    for n in range(len(LINES)):
+        np.testing.assert_allclose(vectors[100 + n], expected[n][1], atol=1e-6, rtol=0)
