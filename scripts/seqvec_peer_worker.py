@@ -89,10 +89,10 @@ def references(options: str, weights: str, columns: slice) -> dict[str, np.ndarr
         out[f"readme_sentences_{i}"] = e[..., columns]
     # bio_embeddings: warm-up, embed, reduce_per_protein, embed_many with a residue budget.
     bio = SeqVecEmbedderPeer(options, weights)
-    embedding = bio.embed("SEQWENCE")
+    embedding = bio.embed("SEQVENCE")  # bio_embeddings' README
     out["bio_embed"] = embedding[..., columns]
     out["bio_reduced"] = bio.reduce_per_protein(embedding)
-    for i, e in enumerate(bio.embed_many(["PROTEIN", "SEQWENCE", "MKTAYIAKQR"], batch_size=16)):
+    for i, e in enumerate(bio.embed_many(["PROTEIN", "SEQVENCE", "MKTAYIAKQR"], batch_size=16)):
         out[f"bio_many_{i}"] = e[..., columns]
     # Stateless: every call from zero state.
     bilm = ElmoEmbedder09(options, weights)

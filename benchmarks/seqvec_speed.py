@@ -1,0 +1,211 @@
+"""SeqVec on CPU: residues per second at SeqVec's shapes (float32 and int8, 1 and 2 threads, beside AllenNLP's
+`_ElmoBiLm`), int8's cosine to float32 per residue, and peak memory against protein length (docs/proteins.md).
+
+    python benchmarks/seqvec_speed.py speed  --peer-python PEER_VENV/bin/python   # the table; under 8 minutes
+    python benchmarks/seqvec_speed.py memory                                      # peak RSS vs length, the PNG
+
+The model is SeqVec's shapes with random weights (`elmo.proteins.write_random_model`, seed 0): the work per residue
+is the real model's, the values are not. Proteins: PROTEINS random sequences of the 20 standard residues with
+lengths drawn from a log-normal of median 300 (the usual UniProt range), seed 1, embedded longest first in
+bio_embeddings' batches (max_amino_acids 15000), stateless (each batch from zero state, both sides). Every
+configuration runs in its own process, timed after one warm-up batch. PEER_VENV: ../shared/tools/allennlp-peer-venv.sh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+RESULTS = HERE / "results"
+PROTEINS, MEDIAN_LENGTH, MAX_AMINO_ACIDS = 12, 300, 15000
+MEMORY_LENGTHS = (1000, 5000, 35000)
+ONE_PIECE_LENGTHS = (1000, 5000)  # 35,000 in one piece would need about 9 GB of activations
+PEAK_RSS = "[int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM')][0] / 1024"
+
+
+def proteins(count: int = PROTEINS, seed: int = 1) -> list[str]:
+    rng = np.random.default_rng(seed)
+    lengths = np.clip(rng.lognormal(np.log(MEDIAN_LENGTH), 0.6, size=count).astype(int), 30, 2000)
+    seqs = ["".join(rng.choice(list("ACDEFGHIKLMNPQRSTVWY"), size=n)) for n in lengths]
+    return sorted(seqs, key=len, reverse=True)
+
+
+def batches(seqs: list[str]) -> list[list[str]]:
+    from elmo.proteins.seqvec import residue_batches
+
+    return list(residue_batches(seqs, MAX_AMINO_ACIDS))
+
+
+def worker_ours(args) -> dict:
+    """One process: our SeqVecEmbedder (stateless) on the proteins; residues/s and (optionally) the vectors."""
+    from elmo.proteins import SeqVecEmbedder
+    from elmo.threads import set_threads
+
+    set_threads(args.threads)
+    embedder = SeqVecEmbedder(options_file=args.options, weights_file=args.weights, stateful=False, int8=args.int8,
+                              use_cpu=True)
+    seqs = proteins()
+    list(embedder.embed_batch(seqs[-2:]))  # warm-up
+    start = time.perf_counter()
+    out = [v for batch in batches(seqs) for v in embedder.embed_batch(batch)]
+    seconds = time.perf_counter() - start
+    if args.dump:
+        np.savez(args.dump, *out)
+    return {"residues_per_s": sum(map(len, seqs)) / seconds, "seconds": seconds}
+
+
+def worker_peer(args) -> dict:
+    """One process in the AllenNLP peer venv: `_ElmoBiLm` (states reset per batch) on the same batches."""
+    import torch
+    from allennlp.modules.elmo import _ElmoBiLm, batch_to_ids
+
+    torch.set_num_threads(args.threads)
+    bilm = _ElmoBiLm(args.options, args.weights, requires_grad=False).eval()
+    seqs = proteins()
+    groups, batch, total = [], [], 0  # residue_batches' rule, written out: this venv has no elmo
+    for s in seqs:
+        if total + len(s) >= MAX_AMINO_ACIDS and batch:
+            groups.append(batch)
+            batch, total = [], 0
+        batch.append(s)
+        total += len(s)
+    groups.append(batch)
+    with torch.no_grad():
+        bilm(batch_to_ids([list(s) for s in seqs[-2:]]))
+        start = time.perf_counter()
+        for group in groups:
+            bilm._elmo_lstm.reset_states()
+            bilm(batch_to_ids([list(s) for s in group]))
+        seconds = time.perf_counter() - start
+    return {"residues_per_s": sum(map(len, seqs)) / seconds, "seconds": seconds}
+
+
+def worker_memory(args) -> dict:
+    """One process: one protein of `--length` residues, stateless, in windows or in one piece; peak RSS."""
+    from elmo.proteins import SeqVecEmbedder
+    from elmo.threads import set_threads
+
+    set_threads(args.threads)
+    embedder = SeqVecEmbedder(options_file=args.options, weights_file=args.weights, stateful=False, use_cpu=True,
+                              window=args.length + 1 if args.one_piece else 512)
+    before = eval(PEAK_RSS)  # noqa: S307 (our constant expression): the model loaded
+    sequence = "".join(np.random.default_rng(args.length).choice(list("ACDEFGHIKLMNPQRSTVWY"), size=args.length))
+    start = time.perf_counter()
+    vectors = embedder.embed(sequence)
+    seconds = time.perf_counter() - start
+    if args.dump:
+        np.save(args.dump, vectors[:, :: 64])
+    return {"length": args.length, "one_piece": args.one_piece, "peak_rss_mb": eval(PEAK_RSS),  # noqa: S307
+            "model_loaded_rss_mb": before, "seconds": seconds}
+
+
+def run(python: str, mode: str, files, threads: int, *extra: str) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+               PYTHONPATH=str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [python, str(Path(__file__).resolve()), mode, "--options", str(files.options_file), "--weights",
+           str(files.weight_file), "--threads", str(threads), *extra]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+    if done.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def cosines(fp32: str, int8: str) -> dict:
+    a, b = np.load(fp32), np.load(int8)
+    per_layer = []
+    for layer in range(3):
+        cos = np.concatenate([np.sum(a[k][layer] * b[k][layer], -1) / (
+            np.linalg.norm(a[k][layer], axis=-1) * np.linalg.norm(b[k][layer], axis=-1)) for k in a.files])
+        per_layer.append({"mean": float(cos.mean()), "min": float(cos.min())})
+    return {"per_layer": per_layer}
+
+
+def speed(args, files, work: Path) -> dict:
+    rows = []
+    for threads in (1, 2):
+        for name, python, mode, extra in (("elmo float32", sys.executable, "ours", []),
+                                          ("elmo int8", sys.executable, "ours", ["--int8"]),
+                                          ("AllenNLP 2.10.1 _ElmoBiLm", args.peer_python, "peer", [])):
+            if python is None:
+                continue
+            dump = ["--dump", str(work / f"{name.split()[-1]}-{threads}.npz")] if mode == "ours" and threads == 1 else []
+            rows.append({"config": name, "threads": threads, **run(python, mode, files, threads, *extra, *dump)})
+            print(json.dumps(rows[-1]), flush=True)
+    return {"rows": rows, "int8_cosine": cosines(str(work / "float32-1.npz"), str(work / "int8-1.npz")),
+            "residues": sum(map(len, proteins())), "proteins": PROTEINS}
+
+
+def memory(files, work: Path) -> dict:
+    rows = []
+    for length in MEMORY_LENGTHS:
+        for one_piece in (False, True):
+            if one_piece and length not in ONE_PIECE_LENGTHS:
+                continue
+            dump = work / f"m-{length}-{one_piece}.npy"
+            extra = ["--length", str(length), "--dump", str(dump)] + (["--one-piece"] if one_piece else [])
+            rows.append(run(sys.executable, "memory-worker", files, 2, *extra))
+            print(json.dumps(rows[-1]), flush=True)
+        if length in ONE_PIECE_LENGTHS:
+            rows[-1]["max_abs_diff_windows_vs_one_piece"] = float(np.abs(
+                np.load(work / f"m-{length}-False.npy") - np.load(work / f"m-{length}-True.npy")).max())
+    return {"rows": rows}
+
+
+def plot(results: dict, png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for one_piece, label, style in ((False, "windows of 512 (default, stateless)", "o-"),
+                                    (True, "one piece (AllenNLP's way)", "s--")):
+        pts = [(r["length"], r["peak_rss_mb"]) for r in results["rows"] if r["one_piece"] == one_piece]
+        ax.plot(*zip(*pts), style, label=label)
+    ax.axhline(results["rows"][0]["model_loaded_rss_mb"], color="grey", lw=0.8, label="model loaded")
+    ax.set(xlabel="protein length (residues)", ylabel="peak RSS (MB)", title="SeqVec shapes, float32, 2 threads")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("mode", choices=["speed", "memory", "ours", "peer", "memory-worker"])
+    p.add_argument("--peer-python", help="the AllenNLP peer venv's python (speed: its column)")
+    p.add_argument("--options")
+    p.add_argument("--weights")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--int8", action="store_true")
+    p.add_argument("--dump")
+    p.add_argument("--length", type=int)
+    p.add_argument("--one-piece", action="store_true")
+    args = p.parse_args()
+    workers = {"ours": worker_ours, "peer": worker_peer, "memory-worker": worker_memory}
+    if args.mode in workers:
+        print(json.dumps(workers[args.mode](args)))
+        return
+    from elmo.proteins import write_random_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        files = write_random_model(Path(tmp) / "seqvec", seed=0)
+        results = speed(args, files, Path(tmp)) if args.mode == "speed" else memory(files, Path(tmp))
+    results["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"seqvec_{args.mode}.json").write_text(json.dumps(results, indent=1) + "\n")
+    if args.mode == "memory":
+        plot(results, REPO / "docs" / "proteins-memory.png")
+
+
+if __name__ == "__main__":
+    main()
