@@ -261,7 +261,7 @@ class _ElmoBiLm(Elmo):
     """AllenNLP's `_ElmoBiLm` as its tests build and call it: every layer with the markers, {'activations', 'mask'}."""
 
     def __init__(self, options_file, weight_file, vocab_to_cache=None):
-        super().__init__(options_file, weight_file, 0, dropout=0.0, vocab_to_cache=vocab_to_cache)
+        super().__init__(options_file, weight_file, 0, dropout=0.0, vocab_to_cache=vocab_to_cache, stateful=True)
 
     def forward(self, inputs, word_inputs=None):
         return self.bilm_outputs(inputs, word_inputs)
