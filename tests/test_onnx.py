@@ -198,15 +198,17 @@ def test_the_speed_benchmark_gives_every_engine_the_same_sorted_batches():
     assert "| small | 1 | onnxruntime fp32 | 500 | x0.50 | 12.0 | 0.4 | 700 | 54.4 | 4.0e-07 / 1.00000 / 0.99999 |" in table
 
 
-def test_the_python_example_of_docs_serving(tmp_path, monkeypatch, one_thread):
+def test_the_python_example_of_docs_serving(tmp_path, monkeypatch, capsys, one_thread):
     """docs/serving.md's ONNX Runtime example, run as written on the bundled model's graph."""
     from conftest import REPO
 
     text = (REPO / "docs" / "serving.md").read_text(encoding="utf-8")
     block = text.split("<!-- example: tested-by tests/test_onnx.py -->\n```python\n", 1)[1].split("```", 1)[0]
-    export_onnx(Embedder.from_model("default").bilm, tmp_path / "elmo.onnx")
+    export_onnx(Embedder.from_model("default").bilm, tmp_path / "elmo.onnx", reference="default")
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
     exec(compile(block, "docs/serving.md", "exec"), scope)  # noqa: S102 (the page's own example)
     assert scope["vectors"].shape == (3, 5, 512) and scope["mean"].shape == (2, 5, 512)
     assert scope["mask"].sum(1).tolist() == [5, 1]
+    assert "from elmo_char_ids import" in block and "from elmo " not in block  # the torch-free ids
+    assert capsys.readouterr().out.strip() == "default"

@@ -201,3 +201,40 @@ def test_the_oldest_onnx_runtime_named_in_the_docs_runs_both_graphs(tmp_path, on
                                str(tmp_path / "out.npy")], capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stderr[-2000:]
         np.testing.assert_allclose(np.load(tmp_path / "out.npy"), run_graph(path, ids)[0], atol=1e-5)
+
+
+def node_with_onnxruntime() -> tuple[str, dict]:
+    """node, and an environment in which `require("onnxruntime-node")` resolves (ELMO_ONNXRUNTIME_NODE_DIR: a
+    folder whose node_modules holds it, installed as docs/serving.md says), or skip saying why."""
+    import shutil
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    folder = os.environ.get("ELMO_ONNXRUNTIME_NODE_DIR", "")
+    env = {**os.environ, "NODE_PATH": os.path.join(folder, "node_modules")} if folder else dict(os.environ)
+    found = subprocess.run([node, "-e", "require.resolve('onnxruntime-node')"], env=env, capture_output=True,
+                           check=False)
+    if found.returncode:
+        pytest.skip("onnxruntime-node is not installed: `npm install onnxruntime-node --onnxruntime-node-install=skip` "
+                    "in a folder, and set ELMO_ONNXRUNTIME_NODE_DIR to it")
+    return node, env
+
+
+@pytest.mark.slow  # exports the bundled model and starts Node.js
+def test_the_node_example_of_docs_serving(tmp_path, one_thread):
+    """docs/serving.md's Node.js example, run as written: its ids (charIds) give the vectors Python's give."""
+    import elmo_char_ids
+
+    node, env = node_with_onnxruntime()
+    text = (REPO / "docs" / "serving.md").read_text(encoding="utf-8")
+    block = text.split("<!-- example: tested-by tests/test_onnx_files.py -->\n```js\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "example.js").write_text(block, encoding="utf-8")
+    export_onnx(Embedder.from_model("default").bilm, tmp_path / "elmo.onnx")
+    done = subprocess.run([node, "example.js"], cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = json.loads(done.stdout)
+    sentences = [["The", "bank", "raised", "rates", "."], ["Hello"]]
+    layers, mask = run_graph(tmp_path / "elmo.onnx", elmo_char_ids.batch_to_ids(sentences))
+    assert printed["dims"] == list(layers.shape) and printed["mask"] == [int(m) for m in mask.reshape(-1)]
+    np.testing.assert_allclose(printed["bank"], layers[0, -1, 1], atol=1e-6, rtol=0)
