@@ -119,8 +119,8 @@ class Int8Linear:
         """(int8 weight (in, out), float32 scale per output channel, float32 bias or None): what
         `from_quantized` takes back, read from the packed copy (for writing an int8 store)."""
         with _fbgemm_engine():
-            q = torch.ops.quantized.linear_unpack(self._packed)[0].int_repr()
-        return q.t().contiguous(), self.scale, self.bias
+            q = torch.ops.quantized.linear_unpack(self._packed)[0].int_repr()  # (out, in)
+        return q.t(), self.scale, self.bias
 
     @property
     def nbytes(self) -> int:

@@ -31,6 +31,17 @@ TOKEN_EMBEDDER_PKL, ENCODER_PKL = "token_embedder.pkl", "encoder.pkl"
 
 MODEL_DIR_DEPTH = 3  # archives put the model at the top or one or two folders down
 
+CACHE_ENV = "ELMO_CACHE"  # where downloads (elmo.hub.cache) and int8 stores (elmo.int8_store) are kept
+
+
+def cache_root() -> Path:
+    """$ELMO_CACHE, else the platform's user cache folder (~/.cache/elmo on Linux)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("elmo", appauthor=False))
+
 
 @dataclass(frozen=True)
 class ModelFiles:

@@ -16,6 +16,7 @@ from .fileio import atomic_path, check_file
 from .fingerprints import model_fingerprint  # noqa: F401  (its old home, kept for imports)
 from .hdf5_files import open_hdf5
 from .int8 import check_kernel, int8_parts, quantize_bilm
+from .int8_store import load_int8
 from .layout import WEIGHTS_NAME  # noqa: F401  (its old home, kept for imports)
 from .options import BiLMConfig, read_options, write_options
 
@@ -78,6 +79,12 @@ def load_bilm(options_file: str | os.PathLike | BiLMConfig, weight_file: str | o
             quantize_bilm(bilm, keep_float32=False)
         return bilm
     path = os.fspath(weight_file)
+    if int8 and not isinstance(options_file, BiLMConfig):  # quantized once, then read as int8 (int8_store.py)
+        return load_int8(options_file, path, stateful, lambda: _load_file(path, config, stateful, int8=True))
+    return _load_file(path, config, stateful, int8)
+
+
+def _load_file(path: str, config: BiLMConfig, stateful: bool, int8: bool) -> BiLM:
     try:
         with _open_hdf5(path) as f:
             return _read_weights(f, path, config, stateful, int8)

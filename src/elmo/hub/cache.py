@@ -21,19 +21,10 @@ from urllib.parse import unquote, urlsplit
 
 from ..errors import ModelFileError
 from ..fileio import atomic_path, hash_file
+from ..layout import CACHE_ENV, cache_root  # noqa: F401  (their home is the core's layout: int8 stores use it too)
 from .catalog import canonical_url
 
-CACHE_ENV = "ELMO_CACHE"
 OFFLINE_ENV = "ELMO_OFFLINE"
-
-
-def cache_root() -> Path:
-    """$ELMO_CACHE, else the platform's user cache folder (~/.cache/elmo on Linux)."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("elmo", appauthor=False))
 
 
 def offline() -> bool:
