@@ -358,3 +358,24 @@ def test_empty_inputs_as_the_graph_answers_them(work):
             np.testing.assert_allclose(out[name][:1], value, atol=1e-6, rtol=0)
     pooled_all = Module(work / "module", default_pooling="all")(["the cat", ""])
     assert np.isfinite(pooled_all).all()
+
+
+def test_a_downloaded_module_that_does_not_import_leaves_the_cache(work, monkeypatch):
+    """A handle whose download holds a lying module: refused in one line, the download and its unpacked files
+    removed, so the next run fetches it again instead of reusing it."""
+    from hub_server import serve
+
+    set_tensor(work / "module", "aggregation/weights", [0.3, math.nan, 0.5])
+    archive = work / "served.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for item in sorted((work / "module").iterdir()):
+            tar.add(item, arcname=item.name)
+    monkeypatch.delenv("ELMO_OFFLINE")
+    with serve({"/google/elmo/3": archive.read_bytes()}) as server:
+        monkeypatch.setattr(tfhub, "TFHUB_ROOT", server.url("").rstrip("/"))
+        for attempt in (1, 2):
+            with pytest.raises(ModelFileError, match="mix weight 1 is nan") as caught:
+                Module("https://tfhub.dev/google/elmo/3")
+            assert "does not import, so it was removed from the cache" in str(caught.value)
+            assert server.gets["/google/elmo/3"] == attempt
+            assert [p for p in cache_leftovers(work) if p.name not in (".lock", ".lock.owner")] == []

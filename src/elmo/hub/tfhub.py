@@ -109,8 +109,9 @@ def untrusted_reason(folder: Path) -> str | None:
     if not hasattr(os, "getuid"):
         return None
     uid, gid = os.getuid(), os.getgid()
-    for path in (folder.parent, folder, *(p for p in folder.rglob("*") if p.name in MODULE_FILES or p.parent.name
-                                          == "variables" or p.name == "variables")):
+    variables = folder / "variables"
+    read = [folder / name for name in MODULE_FILES] + ([variables, *variables.iterdir()] if variables.is_dir() else [])
+    for path in (folder.parent, folder, *(p for p in read if os.path.lexists(p))):
         info = path.lstat()
         if info.st_uid not in (uid, 0):
             return f"{path} is owned by user id {info.st_uid}, not by you ({uid})"
