@@ -133,3 +133,18 @@ def _datasets(f: h5py.File) -> list[str]:
     names: list[str] = []
     f.visititems(lambda name, item: names.append(name) if isinstance(item, h5py.Dataset) else None)
     return names
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="CPU affinity is Linux's")
+def test_the_process_affinity_bounds_the_threads(relative_model_dir, one_thread):
+    """Not the machine's count: a process allowed one CPU (taskset) runs the biLM on one thread, whatever is asked."""
+    import os
+
+    allowed = os.sched_getaffinity(0)
+    nlp = blank({"model": relative_model_dir, "threads": None})
+    try:
+        os.sched_setaffinity(0, {min(allowed)})
+        nlp("a b")
+        assert torch.get_num_threads() == 1
+    finally:
+        os.sched_setaffinity(0, allowed)
