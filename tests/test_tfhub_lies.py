@@ -185,6 +185,16 @@ def test_a_failed_import_is_never_cached_or_reused(work):
     assert len(cached_models(work)) == 1
 
 
+def test_copies_imported_before_the_checks_are_never_reused(work, monkeypatch):
+    """The cache key carries the import's version: a copy an older, unchecked import left is not found."""
+    monkeypatch.setattr(hub_module, "IMPORT_VERSION", "1")
+    older = hub_module.imported_module_dir(work / "module")
+    monkeypatch.undo()
+    monkeypatch.setenv("ELMO_CACHE", str(work / "cache"))
+    current = hub_module.imported_module_dir(work / "module")
+    assert current != older and len(cached_models(work)) == 2
+
+
 def test_one_copy_per_module_content(work):
     """Touched, copied and moved folders, and an archive touched and copied: one imported copy, no unpacked
     leftovers (was: one more full copy per touch)."""
