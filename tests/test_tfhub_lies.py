@@ -142,6 +142,28 @@ def test_a_nan_clip_constant_in_the_graph_itself(work, capsys):
         work, work / "module", capsys)
 
 
+def test_max_pool_windows_in_the_graph_itself(work, capsys):
+    """Every CNN max-pool window in saved_model.pb widened by 70 (same length), so the graph says 120 characters per
+    token: refused (was: "wrote", exit 0)."""
+    from elmo.tf.saved_model import read_saved_model
+
+    graph = work / "module" / "saved_model.pb"
+    nodes = read_saved_model(graph)[0].nodes
+    data = bytearray(graph.read_bytes())
+    pools = [n for name, n in nodes.items() if name.startswith("bilm/CNN/MaxPool")]
+    for node in pools:
+        window = node.ints("ksize")[2]
+        name = node.name.encode()
+        start = data.index(b"\n" + bytes([len(name)]) + name)
+        at = data.index(node.attrs["ksize"], start) + node.attrs["ksize"].index(bytes([1, 1, window, 1])) + 2
+        data[at] = window + 70
+    graph.write_bytes(bytes(data))
+    assert len(pools) == 5 and {n.ints("ksize")[2] for n in read_saved_model(graph)[0].nodes.values()
+                                if n.name.startswith("bilm/CNN/MaxPool")} == {116, 117, 118, 119, 120}
+    err = import_refused(work, work / "module", capsys)
+    assert "'char_cnn.max_characters_per_token' must be 50, found 120" in err, err
+
+
 def imported(work: Path, capsys) -> Path:
     assert main(["import-tf", str(work / "module"), str(work / "imported")]) == 0
     assert "wrote" in capsys.readouterr().out
