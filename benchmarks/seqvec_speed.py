@@ -3,6 +3,7 @@
 
     python benchmarks/seqvec_speed.py speed  --peer-python PEER_VENV/bin/python   # the table; under 8 minutes
     python benchmarks/seqvec_speed.py memory                                      # peak RSS vs length, the PNG
+                                                                                   # (1 thread; minutes)
 
 The model is SeqVec's shapes with random weights (`elmo.proteins.write_random_model`, seed 0): the work per residue
 is the real model's, the values are not. Proteins: PROTEINS random sequences of the 20 standard residues with
@@ -30,6 +31,14 @@ RESULTS = HERE / "results"
 PROTEINS, MEDIAN_LENGTH, MAX_AMINO_ACIDS = 12, 300, 15000
 MEMORY_LENGTHS = (1000, 5000, 35000)
 ONE_PIECE_LENGTHS = (1000, 5000)  # 35,000 in one piece would need about 9 GB of activations
+# SEQVEC_BENCH_TINY=1: a small model and short proteins, to try the script out in seconds (results in the temp dir)
+TINY = os.environ.get("SEQVEC_BENCH_TINY") == "1"
+TINY_OPTIONS = {"lstm": {"use_skip_connections": True, "projection_dim": 16, "cell_clip": 3, "proj_clip": 3, "dim": 32,
+                         "n_layers": 2},
+                "char_cnn": {"activation": "relu", "filters": [[1, 4], [2, 4], [3, 8]], "n_highway": 2,
+                             "embedding": {"dim": 4}, "n_characters": 262, "max_characters_per_token": 50}}
+if TINY:
+    PROTEINS, MEMORY_LENGTHS, ONE_PIECE_LENGTHS = 4, (600, 1200, 2400), (600, 1200)
 PEAK_RSS = "[int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM')][0] / 1024"
 
 
@@ -153,12 +162,35 @@ def memory(files, work: Path) -> dict:
                 continue
             dump = work / f"m-{length}-{one_piece}.npy"
             extra = ["--length", str(length), "--dump", str(dump)] + (["--one-piece"] if one_piece else [])
-            rows.append(run(sys.executable, "memory-worker", files, 2, *extra))
+            rows.append(run(sys.executable, "memory-worker", files, 1, *extra))
             print(json.dumps(rows[-1]), flush=True)
         if length in ONE_PIECE_LENGTHS:
             rows[-1]["max_abs_diff_windows_vs_one_piece"] = float(np.abs(
                 np.load(work / f"m-{length}-False.npy") - np.load(work / f"m-{length}-True.npy")).max())
     return {"rows": rows}
+
+
+def state_difference(files) -> dict:
+    """Stateful after bio_embeddings' warm-up (the default) against stateless, on the four shortest proteins in one
+    batch: per-residue cosine and the largest difference relative to the largest value, per layer."""
+    from elmo.proteins import SeqVecEmbedder
+    from elmo.threads import set_threads
+
+    set_threads(1)
+    seqs = proteins()[-4:]
+    got = {}
+    for stateful in (True, False):
+        embedder = SeqVecEmbedder(options_file=files.options_file, weights_file=files.weight_file, stateful=stateful)
+        got[stateful] = list(embedder.embed_many(seqs, MAX_AMINO_ACIDS))
+        del embedder
+    layers = []
+    for layer in range(3):
+        a = np.concatenate([g[layer] for g in got[True]])
+        b = np.concatenate([g[layer] for g in got[False]])
+        cos = np.sum(a * b, -1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+        layers.append({"cos_mean": float(cos.mean()), "cos_min": float(cos.min()),
+                       "max_abs_diff_over_max": float(np.abs(a - b).max() / np.abs(b).max())})
+    return {"proteins": [len(x) for x in seqs], "per_layer": layers}
 
 
 def plot(results: dict, png: Path) -> None:
@@ -173,7 +205,7 @@ def plot(results: dict, png: Path) -> None:
         pts = [(r["length"], r["peak_rss_mb"]) for r in results["rows"] if r["one_piece"] == one_piece]
         ax.plot(*zip(*pts), style, label=label)
     ax.axhline(results["rows"][0]["model_loaded_rss_mb"], color="grey", lw=0.8, label="model loaded")
-    ax.set(xlabel="protein length (residues)", ylabel="peak RSS (MB)", title="SeqVec shapes, float32, 2 threads")
+    ax.set(xlabel="protein length (residues)", ylabel="peak RSS (MB)", title="SeqVec shapes, float32, 1 thread")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
@@ -198,13 +230,19 @@ def main() -> None:
     from elmo.proteins import write_random_model
 
     with tempfile.TemporaryDirectory() as tmp:
-        files = write_random_model(Path(tmp) / "seqvec", seed=0)
-        results = speed(args, files, Path(tmp)) if args.mode == "speed" else memory(files, Path(tmp))
+        files = write_random_model(Path(tmp) / "seqvec", TINY_OPTIONS if TINY else None, seed=0)
+        if args.mode == "speed":
+            results = speed(args, files, Path(tmp))
+        else:
+            results = {**memory(files, Path(tmp)), "state_difference": state_difference(files)}
     results["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"seqvec_{args.mode}.json").write_text(json.dumps(results, indent=1) + "\n")
+    out = Path(tempfile.gettempdir()) / f"seqvec_{args.mode}-tiny.json" if TINY else RESULTS / f"seqvec_{args.mode}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    print(out)
     if args.mode == "memory":
-        plot(results, REPO / "docs" / "proteins-memory.png")
+        plot(results, Path(tempfile.gettempdir()) / "proteins-memory-tiny.png" if TINY else
+             REPO / "docs" / "proteins-memory.png")
 
 
 if __name__ == "__main__":

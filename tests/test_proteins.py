@@ -100,7 +100,8 @@ def test_model_directory_in_both_layouts(model, tmp_path):
         seqvec(model, warmup_rounds=-1)
 
 
-@pytest.mark.parametrize("length", [1000, 5000, pytest.param(35000, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("length", [1000, pytest.param(5000, marks=pytest.mark.slow),
+                                    pytest.param(35000, marks=pytest.mark.slow)])
 def test_long_proteins_in_windows_equal_the_unbatched_computation(model, length):
     rng = np.random.default_rng(length)
     sequence = "".join(rng.choice(list("ACDEFGHIKLMNPQRSTVWY"), size=length))
@@ -168,6 +169,9 @@ def test_embed_proteins_writes_bio_embeddings_layout(model, tmp_path):
         rows = list(csv.reader(f))
     assert rows[0] == ["", "original_id", "sequence_length"] and [r[1] for r in rows[1:]] == [k for k, _ in order]
     assert not (tmp_path / "out" / PROGRESS_FILE).exists()
+    again = ["embed-proteins", str(fasta), str(tmp_path / "out"), "--options", str(model.options_file), "--weights",
+             str(model.weight_file), "--stateless"]
+    assert main(again) == 2 and main([*again, "--overwrite"]) == 0
 
 
 def test_identical_sequences_are_refused_unless_keyed_by_position(model, tmp_path, capsys):
@@ -175,7 +179,9 @@ def test_identical_sequences_are_refused_unless_keyed_by_position(model, tmp_pat
     flags = ["--options", str(model.options_file), "--weights", str(model.weight_file)]
     assert main(["embed-proteins", str(fasta), str(tmp_path / "out"), *flags]) == 2
     assert "record 3 ('A3') has the same sequence as record 1 ('A1')" in capsys.readouterr().err
-    assert main(["embed-proteins", str(fasta), str(tmp_path / "out"), *flags, "--simple-remapping"]) == 0
+    assert main(["embed-proteins", str(fasta), str(tmp_path / "out"), *flags, "--simple-remapping",
+                 "--no-per-residue"]) == 0
+    assert not (tmp_path / "out" / EMBEDDINGS_FILE).exists()
     with h5py.File(tmp_path / "out" / REDUCED_FILE) as f:
         assert sorted(f) == ["0", "1", "2"] and f["2"].attrs["original_id"] == "A2"
 

@@ -28,6 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-per-residue", dest="per_residue", action="store_false",
                    help="write only the per-protein file (bio_embeddings' discard_per_amino_acid_embeddings)")
     p.add_argument("--uppercase", action="store_true", help="upper-case lower-case residues (SeqVec's own command did)")
+    p.add_argument("--overwrite", action="store_true", help="replace finished files already in OUT")
     p.add_argument("--int8", action="store_true", help="int8 matrix products on the CPU (faster, approximate)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: the usable CPUs)")
@@ -50,6 +51,6 @@ def run_embed_proteins(args: argparse.Namespace) -> int:
     counts = embed_fasta(embedder, args.fasta, args.out, max_amino_acids=args.max_amino_acids,
                          simple_remapping=args.simple_remapping, per_residue=args.per_residue, uppercase=args.uppercase,
                          model_name=args.model if args.options is None else f"{args.options} + {args.weights}",
-                         progress=sys.stderr.isatty())
+                         progress=sys.stderr.isatty(), overwrite=args.overwrite)
     print(f"{args.out}: {counts['proteins']:,} proteins, {counts['residues']:,} residues", file=sys.stderr)
     return 0

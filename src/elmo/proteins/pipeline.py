@@ -66,8 +66,10 @@ def protein_keys(proteins: list[Protein], simple_remapping: bool = False) -> lis
 
 def embed_fasta(embedder: SeqVecEmbedder, fasta: str | os.PathLike, out_dir: str | os.PathLike, *,
                 max_amino_acids: int | None = None, simple_remapping: bool = False, per_residue: bool = True,
-                uppercase: bool = False, model_name: str = "seqvec", progress: bool = True) -> dict[str, int]:
-    """Embed every protein of `fasta` into `out_dir` (made if absent); -> counts of proteins and residues."""
+                uppercase: bool = False, model_name: str = "seqvec", progress: bool = True,
+                overwrite: bool = False) -> dict[str, int]:
+    """Embed every protein of `fasta` into `out_dir` (made if absent); -> counts of proteins and residues.
+    Finished files already there are refused unless `overwrite` (replaced only when the new ones are complete)."""
     proteins = sorted(read_fasta(fasta, uppercase), key=lambda p: -len(p.sequence))  # stable: file order in ties
     try:
         keys = protein_keys(proteins, simple_remapping)
@@ -80,6 +82,9 @@ def embed_fasta(embedder: SeqVecEmbedder, fasta: str | os.PathLike, out_dir: str
     names = [EMBEDDINGS_FILE, REDUCED_FILE] if per_residue else [REDUCED_FILE]
     with output_lock(out / REDUCED_FILE, flag="output folder"):
         done = _resume(embedder, out, settings)
+        finished = [name for name in names + [MAPPING_FILE] if (out / name).exists()]
+        if finished and not done and not overwrite:
+            raise OutputError(f"{out}: already holds {', '.join(finished)}; --overwrite (overwrite=True) replaces them")
         batches = list(residue_batches(list(zip(keys, proteins)), settings.max_amino_acids,
                                        lambda kp: len(kp[1].sequence)))
         total = sum(len(p.sequence) for p in proteins)
