@@ -1,7 +1,7 @@
 """ONNX Runtime beside our own code, float32 and int8, measured in one run (issue #65 item 2).
 
-    python benchmarks/onnx_speed.py --shapes small,original --threads 1 --sentences 128 --passes 3 \\
-        --out benchmarks/results/onnx-speed-cpu-1thread.json
+    python benchmarks/onnx_speed.py --shapes small,original --threads 1,2 --sentences 128 --passes 3 --rounds 3 \\
+        --before OLD/src --out benchmarks/results/onnx-speed-cpu-1thread.json
     python benchmarks/onnx_speed.py --render benchmarks/results/onnx-speed-cpu-1thread.json
     python benchmarks/onnx_speed.py --shapes bundled,original --accuracy 1000 \\
         --out benchmarks/results/onnx-int8-accuracy.json
@@ -16,15 +16,20 @@ from spawn to exit (imports, model load or session creation, the passes) and its
 files are written before, untimed. Also: the largest difference of ONNX Runtime float32 from ours
 float32, and each int8 engine's cosine to ours float32 (first 32 sentences, every token and layer).
 `small` and `original` are the presets' shapes with random weights (`torch.manual_seed(0)`), as
-benchmarks/int8_speed.py. `--accuracy N` times nothing: per layer, the cosine of each int8 engine's
-token vectors to ours float32 on the first N lines of wiki_corpus test.txt, summarised as
-scripts/int8_accuracy.py summarises ours (docs/performance.md#accuracy).
+benchmarks/int8_speed.py. `--rounds N` runs the engines N times in turn, each engine's rate the median
+of all its passes; `--before OLD/src` (repeatable; `git archive <commit> src | tar -x -C OLD`) adds an
+older code's int8 beside ours. Our int8 loads read the int8 store (`elmo.int8_store`), which the run
+writes first, untimed, in a cache folder of its own.
+
+`--accuracy N` times nothing: per layer, the cosine of each int8 engine's token vectors to ours
+float32 on the first N lines of wiki_corpus test.txt, summarised as scripts/int8_accuracy.py summarises ours (docs/performance.md#accuracy).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -34,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from benchlib import (HERE, PEAK_RSS_MB, SENTENCES, code_env, random_model, save_results, timed_process,
+from benchlib import (HERE, PEAK_RSS_MB, SENTENCES, code_env, machine, random_model, save_results, timed_process,
                       write_sentences)
 
 ENGINES = ("ours fp32", "ours int8", "onnxruntime fp32", "onnxruntime int8")
@@ -116,6 +121,9 @@ def model_dir(shape: str, work: Path) -> Path:
 
 
 def measure_shape(shape: str, threads_list: list[int], args, work: Path, sentence_file: Path, results: dict) -> None:
+    """Every engine at each thread count, --rounds times in turn (so a change of machine load hits all
+    alike); per engine the median pass over all rounds. The int8 store is written before, untimed: our
+    int8 loads read it, as every load after a model's first does (docs/performance.md)."""
     from elmo import load_bilm
     from elmo.onnx_export import export_onnx
 
@@ -128,22 +136,33 @@ def measure_shape(shape: str, threads_list: list[int], args, work: Path, sentenc
         export_onnx(bilm, path, int8=precision == "int8")
         export_s[precision] = time.perf_counter() - start
     del bilm
-    src = str(HERE.parent / "src")
+    load_bilm(directory / "options.json", directory / "weights.hdf5", int8=True)  # writes the int8 store
+    codes = {"new": str(HERE.parent / "src")}
+    codes.update({Path(s).resolve().parent.name: str(Path(s).resolve()) for s in args.before})
+    engines = [("new", "ours fp32"), ("new", "ours int8"), *[(c, "ours int8") for c in codes if c != "new"],
+               ("new", "onnxruntime fp32"), ("new", "onnxruntime int8")]
     for threads in threads_list:
-        dumps = {}
-        for engine in ENGINES:
-            dumps[engine] = str(work / f"{shape}-{threads}-{engine.replace(' ', '-')}.npz")
-            cmd = [sys.executable, __file__, "worker", "--engine", engine, "--model-dir", str(directory),
-                   "--onnx", str(files[engine.split()[1]]), "--threads", str(threads), "--sentences", str(sentence_file),
-                   "--passes", str(args.passes), "--batch-size", str(args.batch_size), "--dump", dumps[engine]]
-            seconds, out, _ = timed_process(cmd, code_env(src, threads))
-            row = {"shape": shape, "threads": threads, "engine": engine, "process_s": seconds,
-                   **json.loads(out.strip().splitlines()[-1])}
+        runs: dict[tuple[str, str], list[dict]] = {key: [] for key in engines}
+        dumps = {key: str(work / f"{shape}-{threads}-{key[0]}-{key[1].replace(' ', '-')}.npz") for key in engines}
+        for _ in range(args.rounds):
+            for code, engine in engines:
+                cmd = [sys.executable, __file__, "worker", "--engine", engine, "--model-dir", str(directory),
+                       "--onnx", str(files[engine.split()[1]]), "--threads", str(threads), "--sentences",
+                       str(sentence_file), "--passes", str(args.passes), "--batch-size", str(args.batch_size),
+                       "--dump", dumps[(code, engine)]]
+                seconds, out, _ = timed_process(cmd, code_env(codes[code], threads))
+                runs[(code, engine)].append(dict(json.loads(out.strip().splitlines()[-1]), process_s=seconds))
+        for code, engine in engines:
+            got = runs[(code, engine)]
+            passes = [s for r in got for s in r["pass_s"]]
+            row = {"shape": shape, "threads": threads, "engine": engine, "code": code, "rounds": len(got),
+                   "tokens_per_s": results["tokens"] / statistics.median(passes), "pass_s": passes,
+                   **{key: statistics.median(r[key] for r in got) for key in ("process_s", "load_s", "peak_rss_mb")}}
             if engine.startswith("onnxruntime"):
                 precision = engine.split()[1]
                 row.update(onnx_mb=files[precision].stat().st_size / 1e6, export_s=export_s[precision])
-            if engine != "ours fp32":
-                row.update(compare(dumps["ours fp32"], dumps[engine]))
+            if (code, engine) != ("new", "ours fp32"):
+                row.update(compare(dumps[("new", "ours fp32")], dumps[(code, engine)]))
             results["rows"].append(row)
             save_results(results, Path(args.out))
             print(json.dumps(row), flush=True)
@@ -186,13 +205,15 @@ def markdown_table(results: dict) -> str:
     lines = ["| shape | threads | engine | tok/s (compute) | vs ours fp32 | whole process s | load s | peak RSS MB "
              "| ONNX file MB | to ours fp32: max diff / cosine mean / min |",
              "|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
-    base = {(r["shape"], r["threads"]): r["tokens_per_s"] for r in results["rows"] if r["engine"] == "ours fp32"}
+    base = {(r["shape"], r["threads"]): r["tokens_per_s"] for r in results["rows"]
+            if r["engine"] == "ours fp32" and r.get("code", "new") == "new"}
     for r in results["rows"]:
+        engine = r["engine"] if r.get("code", "new") == "new" else f"{r['engine']} ({r['code']})"
         ratio = r["tokens_per_s"] / base[(r["shape"], r["threads"])]
-        match = "-" if r["engine"] == "ours fp32" else (
+        match = "-" if engine == "ours fp32" else (
             f"{r['max_abs_diff']:.1e} / {r['cosine_mean']:.5f} / {r['cosine_min']:.5f}")
         onnx_mb = f"{r['onnx_mb']:.1f}" if "onnx_mb" in r else "-"
-        lines.append(f"| {r['shape']} | {r['threads']} | {r['engine']} | {r['tokens_per_s']:,.0f} | x{ratio:.2f} | "
+        lines.append(f"| {r['shape']} | {r['threads']} | {engine} | {r['tokens_per_s']:,.0f} | x{ratio:.2f} | "
                      f"{r['process_s']:.1f} | {r['load_s']:.1f} | {r['peak_rss_mb']:,.0f} | {onnx_mb} | {match} |")
     return "\n".join(lines)
 
@@ -217,6 +238,8 @@ def main() -> None:
     p.add_argument("--threads", default="1")
     p.add_argument("--sentences", type=int, default=128)
     p.add_argument("--passes", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=1, help="engines run this many times in turn; medians over all")
+    p.add_argument("--before", action="append", default=[], help="an older code's src/ folder: its int8 beside ours")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--out", default=str(HERE / "results" / "onnx-speed-cpu.json"))
     p.add_argument("--render", metavar="JSON", help="measure nothing: print the table of a results file")
@@ -243,10 +266,13 @@ def main() -> None:
     import onnxruntime
 
     work = Path(tempfile.mkdtemp(prefix="elmo-onnx-speed-"))
+    os.environ["ELMO_CACHE"] = str(work / "cache")  # this run's int8 stores, made here and read by the workers
     sentence_file, lines = write_sentences(work, args.sentences)
-    results = {"machine": {"platform": platform.platform(), "processor": platform.processor(), "torch": torch.__version__,
+    results = {"machine": {"platform": platform.platform(), "processor": platform.processor(),
+                           "torch": torch.__version__,
                            "onnxruntime": onnxruntime.__version__,
-                           "cpu_capability": torch.backends.cpu.get_cpu_capability()},
+                           "cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu": machine()},
+               "codes": sorted({"new", *(Path(s).resolve().parent.name for s in args.before)}), "rounds": args.rounds,
                "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(sys.argv),
                "sentences": len(lines), "tokens": sum(len(line.split()) for line in lines),
                "batch_size": args.batch_size, "passes": args.passes, "rows": []}
