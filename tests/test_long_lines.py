@@ -206,16 +206,16 @@ def test_index_keys_are_bounded_and_unchanged_for_normal_lines():
 
 @pytest.mark.parametrize("stateful", [False, True])
 def test_sentence_to_index_holds_a_bounded_key_per_line(tmp_path, allennlp_dir, monkeypatch, stateful):
-    import elmo.embed_file as embed_file_module
+    import elmo.embed_output as embed_output_module
 
-    monkeypatch.setattr(embed_file_module, "MAX_INDEX_KEY_CHARS", 100)
+    monkeypatch.setattr(embed_output_module, "MAX_INDEX_KEY_CHARS", 100)
     lines = [words(5), words(200, 8), words(6, 9)]
     text, out = write_text(tmp_path / "in.txt", lines), tmp_path / "out.hdf5"
     assert cli_main(["embed", str(text), str(out), *model_flags(allennlp_dir), *(["--stateful"] * stateful)]) == 0
     with h5py.File(out, "r") as f:
         index = json.loads(f["sentence_to_index"][0])
     long_line = " ".join(lines[1])
-    assert index == {" ".join(lines[0]): "0", embed_file_module.index_key(long_line): "1", " ".join(lines[2]): "2"}
+    assert index == {" ".join(lines[0]): "0", embed_output_module.index_key(long_line): "1", " ".join(lines[2]): "2"}
     assert long_line not in index and max(map(len, index)) < 300
 
 

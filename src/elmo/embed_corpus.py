@@ -36,13 +36,14 @@ from tqdm import tqdm
 
 from .devices import TorchrunPlace
 from .documents import check_context, check_document_length, is_document_break
-from .embed_file import (OutputSpec, check_output, check_sentence_key, embed_lines, index_key, link_plist,
-                         remove_temporaries, write_index)
 from .embed_input import EmbedInput, LineLimits
+from .embed_output import (OutputSpec, check_output, check_sentence_key, index_key, link_plist, remove_temporaries,
+                           write_index)
 from .embedder import Embedder, check_batch_size
 from .errors import ElmoError, InputError, OutputError
 from .fileio import hash_file, hdf5_output, output_lock
 from .hdf5_files import open_hdf5
+from .long_lines import embed_lines
 from .weights import model_fingerprint
 
 PART_ATTR = "elmo_part"
@@ -383,7 +384,7 @@ def embed_corpus(embedder: Embedder, input_file: str | os.PathLike, output_file:
     """`elmo embed` for a stateless embedder: plan, embed this rank's share of the parts, join on rank 0.
 
     Call it on every rank with the same arguments (torchrun); without torchrun, `ranks` is rank 0 of 1.
-    `context`: see `embed_file.embed_lines`; in "document" mode parts are cut between documents only.
+    `context`: see `long_lines.embed_lines`; in "document" mode parts are cut between documents only.
     `limits`: the longest line allowed (`embed_input.LineLimits`), checked by number before any line is embedded.
     """
     input_file, output_file = os.fspath(input_file), os.fspath(output_file)

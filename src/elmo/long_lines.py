@@ -13,6 +13,9 @@ The vectors equal the one-piece path's (tests/test_long_lines.py holds them to 1
 measured here they are bit for bit the same, since each column of a matrix product is summed alike
 whatever the number of columns, once there are two: see `windows_of`). A stateful biLM's carried state
 is not used: this is the stateless pass (`elmo embed` without `--stateful`).
+
+`embed_lines` is how both writers of `elmo embed` (`elmo.embed_file`, `elmo.embed_corpus`) turn a file's lines into
+vectors: each line a sentence (a long one in windows, as above) or each line within its document.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np
 import torch
 
 from .bilm import BiLM, LstmStack, LstmState
+from .documents import check_context, line_documents
 from .embedder import Embedder
 from .errors import InputError
 
@@ -117,3 +121,14 @@ def embed_sentences_windowed(embedder: Embedder, sentences: Iterable[Sequence[st
         long_sentence = held.popleft()
         yield vectors if long_sentence is None else embed_in_windows(embedder.bilm, long_sentence, window,
                                                                      embedder.bf16)
+
+
+def embed_lines(embedder: Embedder, lines: Iterable[tuple[int, str]], batch_size: int, context: str = "sentence",
+                source: str = "input", window: int = LONG_LINE_WINDOW) -> Iterator[np.ndarray]:
+    """(L+1, n, D) per (line number, text), in order: each line a sentence on its own (context "sentence"; a
+    line of more than `window` tokens runs in windows, as above, unless the embedder is stateful), or each line's
+    vectors from its document ("document": blank and -DOCSTART- lines separate documents and get what an empty
+    line gets, (L+1, 0, D); `batch_size` then counts documents; documents already run in windows of steps)."""
+    if check_context(context) == "sentence":
+        return embed_sentences_windowed(embedder, (text.split() for _, text in lines), batch_size, window)
+    return embedder.embed_documents(line_documents(lines, source), layers="all", batch_size=batch_size)
