@@ -50,7 +50,8 @@ def worker(lines: int, threads: int, path: Path) -> dict:
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"threads": count, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"), "torch_threads": torch.get_num_threads(), "wall_s": round(wall, 2),
+    return {"threads": count, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
+            "torch_threads": torch.get_num_threads(), "wall_s": round(wall, 2),
             "cpu_s": round(cpu, 2), "involuntary_switches": after.ru_nivcsw - before.ru_nivcsw,
             "sentences_per_s": round(len(sentences) / wall, 1)}
 

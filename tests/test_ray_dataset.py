@@ -10,6 +10,8 @@ import h5py
 import numpy as np
 import pytest
 
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # before Ray loads: a local node's address is 127.0.0.1
 ray = pytest.importorskip("ray", reason="Ray Data is the [ray] extra")
 pa = pytest.importorskip("pyarrow")
 import pyarrow.parquet as pq  # noqa: E402
@@ -21,9 +23,11 @@ from elmo.integrations.ray_dataset import DatasetSettings, embed_dataset  # noqa
 
 pytestmark = pytest.mark.slow  # a Ray cluster starts in seconds, its actors load torch
 
-LINES = ["The Second Hungarian Republic was a parliamentary republic .", "", "It was succeeded by the People 's Republic ."
-         , "From September 1944 until April 1945 , the Red Army occupied Hungary .", "Budapest", "a b c d e f g h i j",
-         "Neither the Western Allies nor the Soviet Union supported any changes .", "x " * 600]  # > 512: long-line windows
+LINES = ["The Second Hungarian Republic was a parliamentary republic .", "",
+         "It was succeeded by the People 's Republic .",
+         "From September 1944 until April 1945 , the Red Army occupied Hungary .", "Budapest", "a b c d e f g h i j",
+         "Neither the Western Allies nor the Soviet Union supported any changes .",
+         "x " * 600]  # > 512 tokens: long-line windows
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +47,8 @@ def corpus(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", logging_level="warning")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
+             logging_level="warning")
     ray.data.DataContext.get_current().enable_progress_bars = False
     yield
     ray.shutdown()
@@ -87,17 +92,15 @@ def test_batch_embedder_refuses_bad_rows():
 
 
 def test_map_batches_on_a_local_cluster(corpus, cluster):
-    """The callable class as users write it: tensor columns, the id kept, `elmo embed`'s vectors."""
+    """The callable class as users write it: the id kept, per-token layers as a variable-shaped tensor column (the
+    pooled, fixed-shape column: the parts below), `elmo embed`'s vectors."""
     _, _, expected = corpus
     ds = ray.data.from_items([{"id": n, "text": line} for n, line in enumerate(LINES)], override_num_blocks=2)
-    pooled = ds.map_batches(ElmoBatchEmbedder, fn_constructor_kwargs={"output_format": "average", "pool": "mean"},
-                            compute=ray.data.ActorPoolStrategy(size=2), num_cpus=1, batch_size=3).take_all()
-    tokens = ds.map_batches(ElmoBatchEmbedder, compute=ray.data.ActorPoolStrategy(size=2), num_cpus=1,
-                            batch_size=4).take_all()  # 2 blocks of 4 rows, each on an actor of its own
-    assert sorted(row["id"] for row in pooled) == sorted(row["id"] for row in tokens) == list(range(len(LINES)))
-    for row in pooled:
-        np.testing.assert_allclose(row["elmo"], expected[row["id"]][1], atol=1e-6, rtol=0)
-    for row in tokens:
+    rows = ds.map_batches(ElmoBatchEmbedder, compute=ray.data.ActorPoolStrategy(size=2), num_cpus=1,
+                          batch_size=4).take_all()  # 2 blocks of 4 rows: elmo embed --part-lines 4's batches
+    assert sorted(row["id"] for row in rows) == list(range(len(LINES)))
+    for row in rows:
+        assert row["text"] == LINES[row["id"]]
         np.testing.assert_allclose(row["elmo"], expected[row["id"]][0], atol=1e-6, rtol=0)
 
 
@@ -128,7 +131,8 @@ def test_embed_dataset_exact_once_and_resumed(corpus, cluster, tmp_path):
 def test_jsonl_tokens_and_parquet_ids_pooled(corpus, cluster, tmp_path):
     _, _, expected = corpus
     jsonl = tmp_path / "rows.jsonl"
-    jsonl.write_text("".join(json.dumps({"key": f"k{n}", "tokens": line.split()}) + "\n" for n, line in enumerate(LINES)))
+    jsonl.write_text("".join(json.dumps({"key": f"k{n}", "tokens": line.split()}) + "\n"
+                             for n, line in enumerate(LINES)))
     settings = DatasetSettings(tokens_column="tokens", id_column="key", output_format="average", pool="mean",
                                part_rows=4)
     embed_dataset(str(jsonl), str(tmp_path / "from_jsonl"), settings, actors=2, progress=False)
@@ -142,10 +146,18 @@ def test_jsonl_tokens_and_parquet_ids_pooled(corpus, cluster, tmp_path):
     pq.write_table(pa.table({"sid": list(range(100, 100 + len(LINES))), "text": LINES}), parquet, row_group_size=2)
     # row groups of 2 make parts of 4 rows
     embed_dataset(str(parquet), str(tmp_path / "from_parquet"),
-                  DatasetSettings(id_column="sid", output_format="average", pool="mean", part_rows=4), actors=2,
+                  DatasetSettings(id_column="sid", output_format="average", pool="mean", part_rows=4), actors=1,
                   progress=False)
     table = read_output(tmp_path / "from_parquet")
     vectors = by_id(table)
     assert sorted(vectors) == list(range(100, 100 + len(LINES)))
     for n in range(len(LINES)):
         np.testing.assert_allclose(vectors[100 + n], expected[n][1], atol=1e-6, rtol=0)
+
+
+def test_a_bad_row_is_one_clear_error(cluster, tmp_path):
+    """An error inside an actor comes back as the package's own one line, through Ray's wrappers."""
+    jsonl = tmp_path / "rows.jsonl"
+    jsonl.write_text('{"text": "fine"}\n{"words": "no text key"}\n')
+    with pytest.raises(InputError, match=r"rows.jsonl, line 2: no key 'text' \(its keys: words\)"):
+        embed_dataset(str(jsonl), str(tmp_path / "out"), DatasetSettings(part_rows=4), actors=1, progress=False)

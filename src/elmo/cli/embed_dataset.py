@@ -36,7 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--all", dest="output_format", action="store_const", const="all", help="all layers (default)")
     fmt.add_argument("--top", dest="output_format", action="store_const", const="top", help="top layer only")
-    fmt.add_argument("--average", dest="output_format", action="store_const", const="average", help="mean of the layers")
+    fmt.add_argument("--average", dest="output_format", action="store_const", const="average",
+                     help="mean of the layers")
     p.add_argument("--layers", help="a subset of layers such as 1,2 (0 = token layer), with --all or --average")
     p.add_argument("--pool", choices=POOLS, help="one mean or max vector per row (a fixed-shape tensor column)")
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="stored precision (computed in float32)")
@@ -58,7 +59,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        from ..integrations.ray_dataset import DatasetSettings, embed_dataset
+        from ..integrations.ray_dataset import DatasetSettings, embed_dataset, local_only
+
+        if args.address is None:
+            local_only()
         import ray  # noqa: F401
     except ImportError as e:
         raise InputError(f"elmo embed-dataset needs Ray Data: pip install 'elmo-bilm[ray]' ({e})") from None

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..errors import ElmoError, InputError
+from ..errors import ElmoError, InputError, OutputError
 from ..fileio import MAX_LINE_BYTES, atomic_path, json_text, output_lock
 from ..threads import usable_cpus
 from .ray import OUTPUT_COLUMN, ElmoBatchEmbedder
@@ -47,8 +47,9 @@ class DatasetSettings:
     max_line_bytes: int = MAX_LINE_BYTES
 
     def embedder_kwargs(self) -> dict:
-        return {"text_column": self.text_column, "tokens_column": self.tokens_column, "output_format": self.output_format,
-                "layers": self.layers, "pool": self.pool, "dtype": self.dtype, "int8": self.int8}
+        return {"text_column": self.text_column, "tokens_column": self.tokens_column,
+                "output_format": self.output_format, "layers": self.layers, "pool": self.pool, "dtype": self.dtype,
+                "int8": self.int8}
 
 
 class EmbedParts:
@@ -86,8 +87,19 @@ class EmbedParts:
         return len(rows["id"]), tokens
 
     def __call__(self, batch: dict) -> dict:
-        done = [(part.index, *self.write_part(part)) for part in map(Part.from_json, batch["part"])]
-        return {name: np.array(values, dtype=np.int64) for name, values in zip(("index", "rows", "tokens"), zip(*done))}
+        """Counts per part, and the error line of a part that bad input stopped (Ray's wrappers would bury the
+        package's one-line message in a traceback; the driver raises it as it is)."""
+        done, errors = [], []
+        for part in map(Part.from_json, batch["part"]):
+            try:
+                done.append((part.index, *self.write_part(part)))
+                errors.append("")
+            except ElmoError as e:
+                done.append((part.index, 0, 0))
+                errors.append(f"{type(e).__name__}: {e}")
+        names = ("index", "rows", "tokens")
+        columns = {name: np.array(values, dtype=np.int64) for name, values in zip(names, zip(*done))}
+        return {**columns, "error": np.array(errors, dtype=object)}
 
 
 def check_manifest(output: str, manifest: dict, overwrite: bool) -> None:
@@ -138,36 +150,33 @@ def model_identity(model: str | None) -> str:
         return str(model)
 
 
+def local_only() -> None:
+    """Before Ray is imported: no usage reports, and a local cluster's node address 127.0.0.1 (Ray otherwise
+    replaces a loopback address by the machine's outward one; this switch is the one its macOS/Windows builds use)."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
 @contextlib.contextmanager
 def ray_cluster(address: str | None, cpus: int | None = None) -> Iterator[None]:
     """Connect to the cluster at `address`, or use the one this process already joined, or start a local one
     on 127.0.0.1 (no dashboard) and shut it down at the end, leaving no Ray process behind."""
+    if not address:
+        local_only()
     import ray
 
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
         yield
         return
     if address:
         ray.init(address=address, logging_level="warning")
     else:
-        ray.init(num_cpus=cpus or usable_cpus(), include_dashboard=False, _node_ip_address="127.0.0.1",
+        ray.init(address="local", num_cpus=cpus or usable_cpus(), include_dashboard=False, _node_ip_address="127.0.0.1",
                  logging_level="warning")
     try:
         yield
     finally:
         ray.shutdown()
-
-
-def elmo_error_in(error: BaseException) -> ElmoError | None:
-    """The `ElmoError` a Ray task raised, found through Ray's wrappers (its cause chain), if any."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, ElmoError):
-            return error
-        error = getattr(error, "cause", None) or error.__cause__ or error.__context__
-    return None
 
 
 def embed_dataset(input_path: str, output: str, settings: DatasetSettings, *, actors: int | None = None,
@@ -219,17 +228,15 @@ def _run_parts(todo: list[Part], output: str, settings: DatasetSettings, actors:
     ds = ds.map_batches(EmbedParts, fn_constructor_kwargs={"output": os.path.abspath(output), "settings": settings,
                                                            "batch_size": batch_size, "threads": threads_per_actor},
                         batch_size=1, compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=threads_per_actor)
-    try:
-        for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
-            rows, tokens = int(batch["rows"].sum()), int(batch["tokens"].sum())
-            summary["rows"] += rows
-            summary["tokens"] += tokens
-            bar.update(rows)
-    except Exception as e:
-        found = elmo_error_in(e)
-        if found is not None:
-            raise type(found)(str(found)) from None
-        raise
+    for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+        failed = [e for e in batch["error"] if e]
+        if failed:
+            kind, _, message = failed[0].partition(": ")
+            raise (OutputError if kind == "OutputError" else InputError)(message)
+        rows, tokens = int(batch["rows"].sum()), int(batch["tokens"].sum())
+        summary["rows"] += rows
+        summary["tokens"] += tokens
+        bar.update(rows)
 
 
 __all__ = ["DatasetSettings", "EmbedParts", "OUTPUT_COLUMN", "embed_dataset"]

@@ -59,7 +59,8 @@ def input_kind(path: str, kind: str | None) -> str:
     for name, suffixes in FORMATS.items():
         if path.lower().endswith(suffixes):
             return name
-    raise InputError(f"{path}: cannot tell its format from its name (expected {', '.join(s for v in FORMATS.values() for s in v)}); "
+    known = ", ".join(s for suffixes in FORMATS.values() for s in suffixes)
+    raise InputError(f"{path}: cannot tell its format from its name (expected {known}); "
                      "name it with --format text|jsonl|parquet")
 
 
@@ -134,7 +135,8 @@ def plan_parts(files: list[tuple[str, str]], part_rows: int, max_bytes: int = MA
 def _part_lines(part: Part, max_bytes: int) -> Iterator[tuple[int, str]]:
     """(line number in its file, text) of the part's lines."""
     if part.offset < 0:  # compressed: read from the start
-        lines = ((n, raw) for n, raw in iter_raw_lines(part.path, max_bytes, "--max-line-bytes") if n >= part.first_line)
+        every = iter_raw_lines(part.path, max_bytes, "--max-line-bytes")
+        lines = ((n, raw) for n, raw in every if n >= part.first_line)
         for (number, raw), _ in zip(lines, range(part.rows)):
             yield number, decode_line(raw, part.path, number).rstrip("\r\n")
         return
@@ -165,7 +167,8 @@ def read_part(part: Part, column: str, id_column: str | None, max_bytes: int = M
         if missing:
             raise InputError(f"{part.path}: no column {missing[0]!r} (its columns: {', '.join(table.column_names)})")
         values = table.column(column).to_pylist()
-        ids = table.column(id_column).to_pylist() if id_column else list(range(part.first_id, part.first_id + part.rows))
+        ids = (table.column(id_column).to_pylist() if id_column
+               else list(range(part.first_id, part.first_id + part.rows)))
         return {"id": ids, column: values}
     numbered = list(_part_lines(part, max_bytes))
     if part.kind == "text":
