@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from collections.abc import Collection, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 import numpy as np
 from starlette.applications import Starlette
@@ -77,32 +77,11 @@ def create_app(model: Embedder | ModelShape, model_name: str, layers: tuple[int,
     metrics = Metrics(lambda: live_state(batcher, budget))
     batcher = batcher or Batcher(compute or embedder_compute(model), max_batch_tokens, max_wait_ms, workers,
                                  limits.max_queue_tokens, on_batch=metrics.observe_batch, runner=runner)
+    served = Served(shape, layers, limits, model_name, batcher, budget, metrics)
     info = {"model": model_name, "layers": list(layers) if layers else None, "num_layers": shape.num_layers,
             "dim": shape.dim, "batching": {"max_batch_tokens": batcher.max_batch_tokens,
                                            "max_wait_ms": batcher.max_wait * 1000, "workers": batcher.workers},
             "limits": asdict(limits)}
-
-    def endpoint(path: str, parse):
-        async def handle(request: Request) -> Response:
-            started, size = time.monotonic(), 0
-            try:
-                parsed = parse(await read_json(request, limits), limits, shape, layers)
-                request.scope["elmo.log"] = {"tokens": sum(len(s) for s in parsed.sentences)}
-                admit(parsed.answer_bytes, budget, batcher)
-                size = parsed.answer_bytes
-                arrays = await batcher.submit(parsed.sentences, parsed.output,
-                                              lambda: wait_for_disconnect(request.receive))
-                body = JSONResponse(parsed.answer(arrays, layers, model_name)).body
-                del arrays
-                response = ChunkedResponse(body, lambda held=size: budget.give_back(held), media_type="application/json")
-                size = 0  # the response gives it back once sent
-            except Exception as e:
-                response = await answer_error(request, e)
-            finally:
-                budget.give_back(size)
-            metrics.latency.labels(path).observe(time.monotonic() - started)
-            return response
-        return handle
 
     async def health(request: Request) -> JSONResponse:
         failing = getattr(batcher.runner, "failing", False)
@@ -138,8 +117,9 @@ def create_app(model: Embedder | ModelShape, model_name: str, layers: tuple[int,
                      code="not_found" if exc.status_code == 404 else None)
 
     routes = [
-        Route("/v1/embeddings", endpoint("/v1/embeddings", EmbeddingsRequest.parse), methods=["POST"]),
-        Route("/embed", endpoint("/embed", EmbedRequest.parse), methods=["POST"]),
+        Route("/v1/embeddings", embedding_endpoint("/v1/embeddings", EmbeddingsRequest.parse, served),
+              methods=["POST"]),
+        Route("/embed", embedding_endpoint("/embed", EmbedRequest.parse, served), methods=["POST"]),
         Route("/v1/models", models), Route("/v1/models/{name:path}", one_model),
         Route("/health", health), Route("/ready", ready), Route("/metrics", get_metrics),
         Route("/openapi.json", get_schema),
@@ -150,6 +130,47 @@ def create_app(model: Embedder | ModelShape, model_name: str, layers: tuple[int,
     guarded.state = app.state
     app.state.batcher, app.state.metrics, app.state.budget = batcher, metrics, budget
     return guarded
+
+
+@dataclass(frozen=True)
+class Served:
+    """What the embedding endpoints share."""
+
+    shape: ModelShape
+    layers: tuple[int, ...] | None
+    limits: ServeLimits
+    model_name: str
+    batcher: Batcher
+    budget: AnswerBudget
+    metrics: Metrics
+
+
+def embedding_endpoint(path: str, parse, served: Served):
+    """POST /v1/embeddings or /embed: checked, its answer's bytes reserved, batched (leaving the line if its
+    client leaves), answered in pieces; the reservation given back once the answer is sent."""
+    limits, budget, batcher, layers = served.limits, served.budget, served.batcher, served.layers
+
+    async def handle(request: Request) -> Response:
+        started, size = time.monotonic(), 0
+        try:
+            parsed = parse(await read_json(request, limits), limits, served.shape, layers)
+            request.scope["elmo.log"] = {"tokens": sum(len(s) for s in parsed.sentences)}
+            admit(parsed.answer_bytes, budget, batcher)
+            size = parsed.answer_bytes
+            arrays = await batcher.submit(parsed.sentences, parsed.output,
+                                          lambda: wait_for_disconnect(request.receive))
+            body = JSONResponse(parsed.answer(arrays, layers, served.model_name)).body
+            del arrays
+            response = ChunkedResponse(body, lambda held=size: budget.give_back(held),
+                                       media_type="application/json")
+            size = 0  # the response gives it back once sent
+        except Exception as e:
+            response = await answer_error(request, e)
+        finally:
+            budget.give_back(size)
+        served.metrics.latency.labels(path).observe(time.monotonic() - started)
+        return response
+    return handle
 
 
 def model_card(name: str) -> dict:

@@ -74,8 +74,8 @@ class Metrics:
     def __init__(self, state: Callable[[], dict] | None = None):
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("elmo_requests", "HTTP requests answered, by endpoint and status", ["endpoint", "status"],
-                                registry=r)
+        self.requests = Counter("elmo_requests", "HTTP requests answered, by endpoint and status",
+                                ["endpoint", "status"], registry=r)
         self.latency = Histogram("elmo_request_seconds", "Time from a request's body read to its answer",
                                  ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
         self.tokens = Counter("elmo_tokens", "Tokens embedded", registry=r)
