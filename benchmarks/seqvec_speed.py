@@ -2,8 +2,8 @@
 `_ElmoBiLm`), int8's cosine to float32 per residue, and peak memory against protein length (docs/proteins.md).
 
     python benchmarks/seqvec_speed.py speed  --peer-python PEER_VENV/bin/python   # the table; under 8 minutes
-    python benchmarks/seqvec_speed.py memory                                      # peak RSS vs length, the PNG
-                                                                                   # (1 thread; minutes)
+    python benchmarks/seqvec_speed.py memory     # peak RSS vs length and the PNG (1 thread; about 10 minutes)
+    python benchmarks/seqvec_speed.py replot     # the PNG again from benchmarks/results/seqvec_memory.json
 
 The model is SeqVec's shapes with random weights (`elmo.proteins.write_random_model`, seed 0): the work per residue
 is the real model's, the values are not. Proteins: PROTEINS random sequences of the 20 standard residues with
@@ -30,12 +30,12 @@ REPO = HERE.parent
 RESULTS = HERE / "results"
 PROTEINS, MEDIAN_LENGTH, MAX_AMINO_ACIDS = 12, 300, 15000
 MEMORY_LENGTHS = (1000, 5000, 35000)
-ONE_PIECE_LENGTHS = (1000, 5000)  # 35,000 in one piece would need about 9 GB of activations
+ONE_PIECE_LENGTHS = (1000, 5000)  # 35,000 in one piece: about 3.3 GB by the slope measured up to 5,000 (not run)
 # SEQVEC_BENCH_TINY=1: a small model and short proteins, to try the script out in seconds (results in the temp dir)
 TINY = os.environ.get("SEQVEC_BENCH_TINY") == "1"
 TINY_OPTIONS = {"lstm": {"use_skip_connections": True, "projection_dim": 16, "cell_clip": 3, "proj_clip": 3, "dim": 32,
                          "n_layers": 2},
-                "char_cnn": {"activation": "relu", "filters": [[1, 4], [2, 4], [3, 8]], "n_highway": 2,
+                "char_cnn": {"activation": "relu", "filters": [[1, 4], [2, 4], [3, 12]], "n_highway": 2,
                              "embedding": {"dim": 4}, "n_characters": 262, "max_characters_per_token": 50}}
 if TINY:
     PROTEINS, MEMORY_LENGTHS, ONE_PIECE_LENGTHS = 4, (600, 1200, 2400), (600, 1200)
@@ -200,8 +200,8 @@ def plot(results: dict, png: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    for one_piece, label, style in ((False, "windows of 512 (default, stateless)", "o-"),
-                                    (True, "one piece (AllenNLP's way)", "s--")):
+    for one_piece, label, style in ((False, "stateless: windows of 512 residues", "o-"),
+                                    (True, "one piece (AllenNLP; the carried-state default)", "s--")):
         pts = [(r["length"], r["peak_rss_mb"]) for r in results["rows"] if r["one_piece"] == one_piece]
         ax.plot(*zip(*pts), style, label=label)
     ax.axhline(results["rows"][0]["model_loaded_rss_mb"], color="grey", lw=0.8, label="model loaded")
@@ -213,7 +213,7 @@ def plot(results: dict, png: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("mode", choices=["speed", "memory", "ours", "peer", "memory-worker"])
+    p.add_argument("mode", choices=["speed", "memory", "replot", "ours", "peer", "memory-worker"])
     p.add_argument("--peer-python", help="the AllenNLP peer venv's python (speed: its column)")
     p.add_argument("--options")
     p.add_argument("--weights")
@@ -226,6 +226,9 @@ def main() -> None:
     workers = {"ours": worker_ours, "peer": worker_peer, "memory-worker": worker_memory}
     if args.mode in workers:
         print(json.dumps(workers[args.mode](args)))
+        return
+    if args.mode == "replot":  # the PNG again from results/seqvec_memory.json
+        plot(json.loads((RESULTS / "seqvec_memory.json").read_text()), REPO / "docs" / "proteins-memory.png")
         return
     from elmo.proteins import write_random_model
 
