@@ -58,6 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..fileio import check_not_input
+
+    check_not_input(args.output, {"INPUT": args.input}, flag="OUTPUT", folder=True)  # the writers' one rule, first
     try:
         from ..integrations.ray_dataset import DatasetSettings, embed_dataset, local_only
 
@@ -74,8 +77,6 @@ def run(args: argparse.Namespace) -> int:
     if args.tokens_column and args.input_format == "text":
         raise InputError("--tokens-column needs JSONL or Parquet input: a text file's lines are text")
     output = os.path.normpath(args.output)
-    if os.path.abspath(output) == os.path.abspath(args.input):
-        raise InputError(f"OUTPUT {args.output} is INPUT: name a new folder for the parts")
     settings = DatasetSettings(model=args.model, text_column=args.text_column, tokens_column=args.tokens_column,
                                id_column=args.id_column, output_format=spec.output_format, layers=spec.layers,
                                pool=spec.pool, dtype=spec.dtype, int8=args.int8, part_rows=args.part_rows,
