@@ -27,7 +27,7 @@ def test_skeleton_has_no_numbers_of_ours(tmp_path):
     assert script.main(["--render-only", "--out", str(tmp_path / "none"), "--docs", str(tmp_path / "docs"),
                         "--ner-arms", str(tmp_path / "none")]) == 0
     text = (tmp_path / "docs" / "results.md").read_text()
-    assert "### int8 against float32 biLM features (issue #49)\n\nThe biLM's products" in text
+    assert "### int8 against float32 biLM features {#int8-against-float32-bilm-features-issue-49}\n\nThe biLM's products" in text
     assert "Not all runs are present yet." in text
     table = next(line for line in text.splitlines() if line.startswith("| NER (CoNLL-2003"))
     # the paper's cells from elmo.tasks.paper (its reduction computed: the paper prints 21%), ours empty

@@ -35,7 +35,7 @@ def arm_command(task: str, model: str, flags: str, arm: str) -> str:
 def domain_tuning_section(grid: Grid) -> list[str]:
     """The paper's section 3.4 claim measured: perplexity and task score before and after tuning on the task's text."""
     folder = grid.ner_arms.parent / "domain-tuning"
-    lines = ["## Domain transfer: the biLM tuned on each task's own text (issue #55)", "",
+    lines = ["## Domain transfer: the biLM tuned on each task's own text", "",
              "Section 3.4 of the paper: fine-tuning the biLM on the task's training text lowers its perplexity and raises",
              "the task's score. Here the bundled model is tuned on each task's training sentences (labels unused) and",
              "everything else of the task run is kept; perplexity is full-softmax, each sentence from zero state (as",

@@ -1,5 +1,5 @@
-"""The NER row of Table 1 through other frameworks: flair's SequenceTagger (issue #57), with the same static vectors,
-and spaCy's own NER pipeline (issue #64), each beside our own tagger."""
+"""The NER row of Table 1 through other frameworks: flair's SequenceTagger, with the same static vectors,
+and spaCy's own NER pipeline, each beside our own tagger."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def ours_row(grid: Grid, metrics: dict) -> str:
 def flair_section(grid: Grid, metrics: dict) -> list[str]:
     """flair's tagger with `elmo.integrations.flair.ELMoEmbeddings` stacked on the static vectors, and without it."""
     runs = flair_runs(grid)
-    lines = ["## NER through flair: our ELMo in flair's SequenceTagger (issue #57)", "",
+    lines = ["## NER through flair: our ELMo in flair's SequenceTagger", "",
              "The same CoNLL-2003 splits and the same frozen word2vec vectors (loaded into flair's WordEmbeddings), with",
              "and without the bundled model through `elmo.integrations.flair.ELMoEmbeddings(\"default\", "
              "embedding_mode=\"all\")`;", "flair's own recipe (SGD lr 0.1 annealed on dev F1, batch 32, hidden 256, "
@@ -67,7 +67,7 @@ def spacy_section(grid: Grid, metrics: dict) -> list[str]:
     folder = grid.ner_arms.parent / "spacy-ner"
     row = results_row(folder).rstrip("\n").split("\n") if any(folder.glob("*-s*.json")) else [
         "| spaCy tok2vec + ner | not run | not run | | |"]
-    return ["## NER through spaCy: `elmo.ELMoEmbed.v1` in spaCy's own pipeline (issue #64)", "",
+    return ["## NER through spaCy: `elmo.ELMoEmbed.v1` in spaCy's own pipeline", "",
             "spaCy's default CPU NER pipeline (`spacy init config -p ner -o efficiency`: tok2vec with MultiHashEmbed and a",
             "MaxoutWindowEncoder, the transition-based NER), with the bundled model's learned scalar mix concatenated with",
             "MultiHashEmbed (`examples/spacy/ner-elmo.cfg`) and without it (`examples/spacy/ner-static.cfg`); no static word",
