@@ -83,6 +83,21 @@ def test_batch_embedder_is_elmo_embed_without_a_cluster(corpus):
         np.testing.assert_allclose(pooled["elmo"][n], expected[n][1], atol=1e-6, rtol=0)
 
 
+def test_batch_embedder_int8_top_max_is_elmo_embeds(corpus):
+    """int8, --top and --pool max, as `elmo embed --int8 --top --pool max` stores them."""
+    folder, text, _ = corpus
+    assert main(["embed", str(text), str(folder / "int8.hdf5"), "--int8", "--top", "--pool", "max", "--threads", "1",
+                 "--part-lines", "4"]) == 0
+    embedder = ElmoBatchEmbedder(None, threads=1, int8=True, output_format="top", pool="max")
+    got = []
+    for start in (0, 4):
+        embedder.embedder.bilm.token_cache.clear()  # as elmo embed starts each part
+        got += list(embedder({"text": np.array(LINES[start : start + 4], dtype=object)})["elmo"])
+    with h5py.File(folder / "int8.hdf5") as f:
+        for n, vector in enumerate(got):
+            np.testing.assert_allclose(vector, f[str(n)][()], atol=1e-6, rtol=0)
+
+
 def test_batch_embedder_refuses_bad_rows():
     embedder = ElmoBatchEmbedder(None, threads=1, tokens_column="tokens")
     with pytest.raises(InputError, match="column 'tokens', row 1: expected a list of token strings, found str"):

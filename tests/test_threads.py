@@ -49,6 +49,7 @@ def test_half_a_cpu_is_one(tmp_path):
     assert threads.usable_cpus(cgroup(tmp_path, v2="50000 100000")) == 1  # never zero
 
 
+@pytest.mark.slow  # a second interpreter imports torch
 def test_usable_cpus_follows_affinity(tmp_path):
     if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs Linux and 2 CPUs to narrow the affinity")
@@ -82,6 +83,7 @@ def test_waiting_policy_set_only_before_torch():
     assert threads._prefer_passive_waiting({"OMP_WAIT_POLICY": "passive"}, torch_loaded=True)
 
 
+@pytest.mark.slow  # a second interpreter imports torch
 @pytest.mark.parametrize("order, policy, passive", [("elmo, torch", "PASSIVE", True),
                                                     ("torch, elmo", "None", False)])
 def test_import_order_decides_the_policy(order, policy, passive):
