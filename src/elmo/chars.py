@@ -8,38 +8,16 @@ Any byte sequence is representable, so there is no out-of-vocabulary token.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import lru_cache
 from typing import Protocol
 
 import torch
 
-MAX_CHARS = 50
-BOS_CHAR = 256  # inside the <S> token
-EOS_CHAR = 257  # inside the </S> token
-BOW_CHAR = 258  # beginning of word
-EOW_CHAR = 259  # end of word
-PAD_CHAR = 260  # fills the unused slots of a token
+# The rule lives in the torch-free `elmo_char_ids` (an ONNX graph's users make ids without torch); one copy.
+from elmo_char_ids import (BOS_CHAR, BOS_TOKEN, BOW_CHAR, EOS_CHAR, EOS_TOKEN, EOW_CHAR,  # noqa: F401
+                           MAX_CHARS, PAD_CHAR)
+from elmo_char_ids import token_ids as _token_ids
+
 N_CODES = 261  # rows of the stored character table
-BOS_TOKEN = "<S>"
-EOS_TOKEN = "</S>"
-
-
-def _marker_codes(marker: int) -> list[int]:
-    return [BOW_CHAR, marker, EOW_CHAR] + [PAD_CHAR] * (MAX_CHARS - 3)
-
-
-@lru_cache(maxsize=1 << 16)
-def _token_ids(token: str) -> tuple[int, ...]:
-    if not isinstance(token, str):
-        raise TypeError(f"a token must be a str, found {type(token).__name__}: {token!r}")
-    if token == BOS_TOKEN:
-        codes = _marker_codes(BOS_CHAR)
-    elif token == EOS_TOKEN:
-        codes = _marker_codes(EOS_CHAR)
-    else:
-        data = token.encode("utf-8", "ignore")[: MAX_CHARS - 2]
-        codes = [BOW_CHAR, *data, EOW_CHAR] + [PAD_CHAR] * (MAX_CHARS - 2 - len(data))
-    return tuple(c + 1 for c in codes)
 
 
 def token_to_ids(token: str, shift: int = 1) -> list[int]:

@@ -3,7 +3,7 @@
 `import elmo` loads torch; this package does not (it is shipped beside `elmo` in the same
 distribution, and is this one file: copy it where only numpy is installed, or install the
 distribution without its dependencies: `pip install --no-deps elmo-bilm numpy`). It makes exactly
-what `elmo.batch_to_ids` makes (tests/test_onnx_char_ids.py compares them): per token 50 ids,
+what `elmo.batch_to_ids` makes (`elmo.chars` takes its rule from here): per token 50 ids,
 begin-of-word 259, the token's UTF-8 bytes + 1 (at most 48 bytes), end-of-word 260, then 261 up to 50;
 a token spelled `<S>` or `</S>` gets the sentence marker's ids (257 or 258 inside); rows of 0 pad the
 shorter sentences on the right. The sentence markers themselves are not added: the graph adds them.
@@ -21,8 +21,14 @@ import numpy as np
 __all__ = ["MAX_CHARS", "batch_to_ids", "token_ids"]
 
 MAX_CHARS = 50
-_BOS, _EOS, _BOW, _EOW, _PAD = 256, 257, 258, 259, 260  # codes; every id is its code + 1 (0 means no token)
-_MARKERS = {"<S>": _BOS, "</S>": _EOS}
+BOS_CHAR = 256  # inside the <S> token
+EOS_CHAR = 257  # inside the </S> token
+BOW_CHAR = 258  # beginning of word
+EOW_CHAR = 259  # end of word
+PAD_CHAR = 260  # fills the unused slots of a token; every id is its code + 1 (0 means no token)
+BOS_TOKEN = "<S>"
+EOS_TOKEN = "</S>"
+_MARKERS = {BOS_TOKEN: BOS_CHAR, EOS_TOKEN: EOS_CHAR}
 
 
 @lru_cache(maxsize=1 << 16)
@@ -31,10 +37,10 @@ def token_ids(token: str) -> tuple[int, ...]:
     if not isinstance(token, str):
         raise TypeError(f"a token must be a str, found {type(token).__name__}: {token!r}")
     if token in _MARKERS:
-        codes = [_BOW, _MARKERS[token], _EOW]
+        codes = [BOW_CHAR, _MARKERS[token], EOW_CHAR]
     else:
-        codes = [_BOW, *token.encode("utf-8", "ignore")[: MAX_CHARS - 2], _EOW]
-    codes += [_PAD] * (MAX_CHARS - len(codes))
+        codes = [BOW_CHAR, *token.encode("utf-8", "ignore")[: MAX_CHARS - 2], EOW_CHAR]
+    codes += [PAD_CHAR] * (MAX_CHARS - len(codes))
     return tuple(code + 1 for code in codes)
 
 
