@@ -18,6 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("out", help="output folder (made if absent)")
     add_model_flags(p)
     p.set_defaults(model="seqvec")
+    model_flag = next(a for a in p._actions if a.dest == "model")
+    model_flag.help = model_flag.help.replace("(default: the bundled model)", "(default: seqvec, from the catalog)")
     p.add_argument("--stateless", action="store_true",
                    help="every protein from zero state (its vectors depend on it alone); default: AllenNLP 0.9's "
                    "carried state after bio_embeddings' warm-up, as SeqVec's published vectors were made")
