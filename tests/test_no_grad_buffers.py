@@ -1,7 +1,11 @@
 """Inference holds each padded batch once (issue #62): without autograd, `LstmLayer` writes every step's
 output into one buffer, a skip connection adds in place, and `join_directions` gathers the backward half
 straight into its place. These are copies of the same numbers, so the vectors must equal those of the
-autograd path bit for bit, whatever the architecture, the stateful mode or the input."""
+autograd path, whatever the architecture, the stateful mode or the input.
+
+Equal to 1e-6, not bit for bit: a frozen char CNN runs on each distinct token once, so its products have other
+row counts than the autograd path's, and MKL's AVX-512 kernels round such products differently (seen on the
+bilm-tf fixture: 1.5e-8 in layer 0, 3.6e-7 in layer 2, on a 2-core AMD EPYC with AVX-512; bit for bit with AVX2)."""
 
 import pytest
 import torch
@@ -28,7 +32,7 @@ def _assert_same(lean, kept):
     assert len(lean.layers) == len(kept.layers)
     for a, b in zip(lean.layers, kept.layers):
         assert a.dtype == b.dtype and a.shape == b.shape
-        assert torch.equal(a, b.detach())
+        torch.testing.assert_close(a, b.detach(), rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("overrides", [{}, {"lstm.use_skip_connections": False}, {"lstm.n_layers": 3},
