@@ -146,3 +146,13 @@ def test_the_store_can_be_turned_off(model, monkeypatch):
     monkeypatch.setenv("ELMO_INT8_STORE", "0")
     load_bilm(*model, int8=True)
     assert not store_path(model[1]).exists()
+
+
+def test_stores_of_weights_that_are_gone_are_removed(model, allennlp_dir, tmp_path):
+    load_bilm(*model, int8=True)
+    gone = store_path(model[1])
+    model[1].unlink()
+    foreign = gone.parent / "not-ours.int8"
+    foreign.write_bytes(b"something else")
+    load_bilm(allennlp_dir / "options.json", allennlp_dir / "lm_weights.hdf5", int8=True)
+    assert not gone.exists() and foreign.exists() and store_path(allennlp_dir / "lm_weights.hdf5").is_file()

@@ -5,7 +5,8 @@ highway and the char CNN's projection an int8 copy of its weight, one scale per 
 Activations are quantized as they come, one scale per row (token or batch row), so a row's numbers
 never depend on the other rows of its batch: the int8 products accumulate exactly in int32, and
 everything around them (scales, bias, gates, clipping, the cell state, the char CNN's convolution)
-stays float32. By default the float32 parameters are kept and never changed, so nothing is written
+stays float32 (the cell's tanh is numpy's, `_Int8Steps.tanh`). A model's files are quantized once and
+stored (`elmo.int8_store`). By default the float32 parameters are kept and never changed, so nothing is written
 back to weights.hdf5, and `state_dict()` is the float32 model's (`Elmo(int8=True)`); an `Embedder`
 that loads its own model releases them (`keep_float32=False`), and a weight file is then read one
 part at a time (`int8_parts`), so the process never holds the whole model in float32.
@@ -112,7 +113,8 @@ class Int8Linear:
         self.scale, self.bias = scale, bias
         zeros = torch.zeros(self.out_features, dtype=torch.long)
         with _fbgemm_engine():
-            q = torch._make_per_channel_quantized_tensor(q.t().contiguous(), scale.double(), zeros, 0)  # (out, in), as fbgemm packs
+            q = q.t().contiguous()  # (out, in), as fbgemm packs: a view's own memory when the store gave (out, in)
+            q = torch._make_per_channel_quantized_tensor(q, scale.double(), zeros, 0)
             self._packed = torch.ops.quantized.linear_prepack(q, None)
 
     def quantized(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -266,8 +268,8 @@ class _Int8Steps:
 
     @staticmethod
     def tanh(x: torch.Tensor) -> torch.Tensor:
-        """numpy's float32 tanh: 4-6x faster than torch's here (torch 2.13 on AVX2 and AVX-512 alike,
-        docs/performance.md), within 1e-7 of it, and like it elementwise, so a row's result never
+        """numpy's float32 tanh: 4-6x faster than torch 2.13's on the AVX-512 CPU it was measured on
+        (docs/performance.md), within 3e-7 of it, and like it elementwise, so a row's result never
         depends on its batch. The float32 path keeps torch's, so its numbers stay as they were."""
         return torch.from_numpy(np.tanh(x.numpy()))
 

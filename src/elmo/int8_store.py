@@ -21,7 +21,7 @@ A stored file is used only when it is whole and made from these files:
 A damaged or stale file is never used: one line on stderr says which and why, the weights are
 quantized from the float32 file again and the store replaced. Files are written to a temporary name
 and renamed. `ELMO_INT8_STORE=0` turns the store off (every int8 load quantizes); a cache folder that
-cannot be written is said once per process and each load then quantizes.
+cannot be written is said once per process and each load then quantizes. Writing a store removes those whose weight file no longer exists.
 """
 
 from __future__ import annotations
@@ -125,11 +125,28 @@ def write_store(bilm: BiLM, path: Path, options_file: str | os.PathLike, weight_
                 f.write(data)
                 digest.update(data)
             f.write(digest.digest())
+        _prune(path.parent, keep=path)
     except OSError as e:
         if not _unwritable_said:
             print(f"elmo: cannot store int8 weights in {path.parent} ({e.strerror or e}); every int8 load "
                   f"quantizes again (set ELMO_CACHE to a writable folder, or {STORE_ENV}=0)", file=sys.stderr)
             _unwritable_said = True
+
+
+def _prune(folder: Path, keep: Path) -> None:
+    """Remove the stores whose weight file is gone (a model moved or deleted, a test's temporary copy), so
+    that the folder does not grow with models that no longer exist; a file that is not ours is left alone."""
+    for other in folder.glob("*.int8"):
+        if other == keep:
+            continue
+        try:
+            with open(other, "rb") as f:
+                start = f.read(16)
+                header = json.loads(f.read(int.from_bytes(start[8:], "little"))) if start[:8] == MAGIC else None
+            if header is not None and not os.path.exists(header["source"]["files"][1]):
+                other.unlink()
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            continue
 
 
 def read_store(path: Path, options_file: str | os.PathLike, weight_file: str | os.PathLike,
