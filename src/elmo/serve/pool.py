@@ -46,6 +46,7 @@ class WorkerProcess:
         self.process.start()
         child.close()  # the worker's end lives in the worker only: its death is end-of-file here
         self.started = time.monotonic()
+        self.dead = False
 
     def loaded(self) -> tuple[int, int, int] | str:
         """Blocking: the load's answer ((layers, dim, pid) or one line why not)."""
@@ -152,8 +153,9 @@ class ProcessRunner:
         self._loop.add_reader(slot.watched, self._died, slot, slot.proc)
 
     def _died(self, slot: Slot, proc: WorkerProcess) -> None:
-        if slot.proc is not proc:  # already replaced
+        if slot.proc is not proc or proc.dead:  # already seen (by its sentinel or its pipe), or replaced
             return
+        proc.dead = True
         if slot.watched is not None:
             self._loop.remove_reader(slot.watched)
             slot.watched = None
