@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import json
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,12 @@ FIXTURES = SHARED / "fixtures"
 ALLENNLP = FIXTURES / "allennlp-elmo"
 BILM_TF = FIXTURES / "bilm-tf-model"
 DATA = SHARED / "data"
+
+# The tests write nothing into the user's cache (an int8 load stores its weights there): one cache for the run,
+# inherited by every subprocess; a test that needs its own sets ELMO_CACHE itself.
+_RUN_CACHE = Path(tempfile.mkdtemp(prefix="elmo-tests-cache-"))
+os.environ["ELMO_CACHE"] = str(_RUN_CACHE)
+atexit.register(shutil.rmtree, _RUN_CACHE, ignore_errors=True)
 
 
 def micro_options(dim: int, projection_dim: int, widths: tuple[int, ...]) -> dict:
