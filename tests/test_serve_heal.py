@@ -145,7 +145,7 @@ def test_a_worker_killed_under_load_is_replaced_and_every_later_request_answers(
         np.testing.assert_allclose(got, want[r["line"]], atol=1e-5, rtol=0)
     assert health["worker_restarts"] == 1 and health["worker_deaths"] == 1 and health["workers_ready"] == 1
     assert health["worker_pids"][0] not in (None, old_pid) and health["status"] == "ok"
-    assert "worker 0 died; starting a replacement" in log and "worker 0 replaced" in log
+    assert "worker 0 died (exit code -9); starting a replacement" in log and "worker 0 replaced" in log
     assert "Traceback" not in log, log
 
 
