@@ -12,12 +12,14 @@ import signal
 import socket
 import subprocess
 import sys
+import shutil
 import tempfile
+import threading
 import time
 
 import numpy as np
 import pytest
-from conftest import subprocess_env
+from conftest import model_flags, subprocess_env
 
 pytest.importorskip("starlette", reason="the serve extra: pip install 'elmo-bilm[serve]'")
 pytest.importorskip("prometheus_client", reason="the serve extra: pip install 'elmo-bilm[serve]'")
@@ -213,3 +215,91 @@ def test_a_model_that_will_not_load_is_one_line(allennlp_dir, tmp_path):
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("elmo serve: error: the model could not be loaded: ") and \
         done.stderr.count("\n") == 1, done.stderr
+
+
+def post_in_background(url: str, body: dict) -> tuple[threading.Thread, dict]:
+    """A POST in a thread of its own; the dict gets its response or the exception that ended it."""
+    outcome: dict = {}
+
+    def send() -> None:
+        try:
+            outcome["response"] = httpx.post(url, json=body, timeout=60, trust_env=False)
+        except httpx.HTTPError as e:
+            outcome["error"] = e
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+@pytest.mark.slow
+def test_sigterm_cuts_a_request_still_running_after_drain_seconds(model_args):
+    """A request whose worker is stopped (SIGSTOP: a worker that makes no progress, as under a stuck
+    library call) is in flight when SIGTERM comes: the server waits --drain-seconds 1 for it, cuts it,
+    answers it 503 ("server_stopping"), kills the busy worker and exits 0 within the drain and a small margin,
+    saying what it cut in one line (no traceback)."""
+    server = Server(model_args, "--drain-seconds", "1", "--no-access-log")
+    try:
+        pid = server.get("/health").json()["worker_pids"][0]
+        os.kill(pid, signal.SIGSTOP)
+        thread, outcome = post_in_background(server.url + "/v1/embeddings", {"input": "never answered"})
+        deadline = time.monotonic() + 10
+        while server.get("/health").json()["running_tokens"] == 0:  # the batch is at the stopped worker
+            assert time.monotonic() < deadline, "the request never reached the worker"
+            time.sleep(0.05)
+        sent = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        code = server.process.wait(30)
+        took = time.monotonic() - sent
+        thread.join(10)
+    finally:
+        log = server.stop()
+    assert code == 0 and 1.0 <= took < 1.0 + 3.0, (code, took, log)
+    assert "Cancel 1 running task(s), timeout graceful shutdown exceeded" in log, log
+    cut = outcome["response"]  # cut, and told so: a 503 to send again, not a 500 or a dropped connection
+    assert cut.status_code == 503 and cut.json()["error"]["code"] == "server_stopping", cut.text
+    assert cut.headers["retry-after"] == "1"
+    with pytest.raises(ProcessLookupError):  # the stopped worker was killed, not left behind
+        os.kill(pid, 0)
+    assert "Traceback" not in log, log
+
+
+FAILED_LOAD = "worker 0's replacement did not load: "
+
+
+@pytest.mark.slow
+def test_health_fails_after_three_failed_replacement_loads(tmp_path, allennlp_dir):
+    """The model's weights damaged after start-up (as a disk or a careless deploy would), then the worker
+    killed: every replacement fails to load; /ready is 503 throughout, /health 200 ("ok") through the first
+    two failures and 503 ("failing") from the third."""
+    for name in ("options.json", "lm_weights.hdf5"):
+        shutil.copy(allennlp_dir / name, tmp_path / name)
+    server = Server(model_flags(tmp_path), "--no-access-log")
+    try:
+        pid = server.get("/health").json()["worker_pids"][0]
+        weights = tmp_path / "lm_weights.hdf5"
+        weights.write_bytes(b"\x89HDF\r\n\x1a\n" + os.urandom(4096))
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while server.get("/ready").status_code != 503:  # the death seen
+            assert time.monotonic() < deadline, "the killed worker was never noticed"
+            time.sleep(0.02)
+        seen = []  # (failures in the log before the probe, /health status and code, /ready code)
+        deadline = time.monotonic() + 60  # three loads and the pauses of 1 and 2 s between them
+        while True:
+            failures = server.read_log().count(FAILED_LOAD)
+            health = server.get("/health")
+            seen.append((failures, health.json()["status"], health.status_code, server.get("/ready").status_code))
+            if health.status_code == 503:
+                break
+            assert time.monotonic() < deadline, seen[-5:]
+            time.sleep(0.05)
+        health = health.json()
+    finally:
+        log = server.stop()
+    assert all(ready == 503 for *_, ready in seen), seen  # no worker the whole time
+    assert all(failures < 3 and status == "ok" and code == 200 for failures, status, code, _ in seen[:-1]), seen
+    assert {failures for failures, *_ in seen} >= {1, 2}, seen  # /health was 200 after the first and second failure
+    assert health["status"] == "failing" and health["workers_ready"] == 0 and health["worker_restarts"] == 0, health
+    assert log.count(FAILED_LOAD) == 3, log  # 503 at the third failure, not later
+    assert "Traceback" not in log, log

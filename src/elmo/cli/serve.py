@@ -15,6 +15,7 @@ from .lab import bind, positive
 
 CONTROL_CHARACTERS = frozenset(map(chr, [*range(0x20), *range(0x7F, 0xA0)]))  # C0, DEL and C1
 ARCHIVE_ENDINGS = (".tar.gz", ".tgz", ".tar", ".zip", ".hdf5", ".json")
+STOP_GRACE = 1.0  # seconds the workers get to end after the server stops (an idle one ends at once)
 THREADS_DEFAULT = 1  # torch threads per worker when --threads is not given: measured, docs/serving.md#threads
 
 
@@ -227,5 +228,7 @@ def run(args: argparse.Namespace) -> int:
         make_server(app, ServerLimits(args.header_timeout, args.max_connections), args.send_timeout,
                     args.drain_seconds).run(sockets=[sock])
     finally:
-        runner.close()
+        # after the drain nobody waits for a batch still running (its requests were cut): a short grace, then
+        # the busy worker is killed, so the stop takes --drain-seconds and about a second at most
+        runner.close(timeout=STOP_GRACE)
     return 0

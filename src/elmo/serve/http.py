@@ -109,4 +109,12 @@ def make_server(app, limits: ServerLimits, send_seconds: float, drain_seconds: f
     protocol = functools.partial(SendDeadlineProtocol, limits=limits, send_seconds=send_seconds)
     config = uvicorn.Config(app, http=protocol, log_level=log_level, access_log=False, lifespan="off",
                             timeout_keep_alive=5, backlog=backlog(), timeout_graceful_shutdown=drain_seconds)
+    logging.getLogger("uvicorn.error").addFilter(quiet_cut_requests)  # after Config: it sets up uvicorn's logs
     return uvicorn.Server(config)
+
+
+def quiet_cut_requests(record: logging.LogRecord) -> bool:
+    """Drop uvicorn's traceback for each request cut after --drain-seconds: its line "Cancel N running
+    task(s), timeout graceful shutdown exceeded" already says so, and a stop is no error of the program."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return not (isinstance(exc, asyncio.CancelledError) and "graceful shutdown" in str(exc))

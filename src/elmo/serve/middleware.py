@@ -6,6 +6,7 @@ Refusals here have OpenAI's error shape, as the endpoints' do."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -27,6 +28,12 @@ def error_body(message: str, kind: str = "invalid_request_error", param: str | N
                code: str | None = None) -> dict:
     """OpenAI's error shape."""
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+# a request still running after --drain-seconds (uvicorn cancels it): 503, to be sent again (to another server)
+STOPPING = JSONResponse(error_body("the server is stopping and this request was still running after its "
+                                   "--drain-seconds; send it again", "server_error", None, "server_stopping"), 503,
+                        headers={"retry-after": "1", "connection": "close"})
 
 
 def key_matches(given: str, keys: Collection[bytes]) -> bool:
@@ -69,11 +76,11 @@ def guard(app, hosts: Collection[str], keys: Collection[bytes], count: Callable[
         headers = dict(scope.get("headers") or [])
         given = headers.get(b"x-request-id", b"").decode("latin-1")
         request_id = given if REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
-        seen = {"status": 500, "bytes": 0}
+        seen = {"status": 500, "bytes": 0, "started": False}
 
         async def send_with_id(message):
             if message["type"] == "http.response.start":
-                seen["status"] = message["status"]
+                seen["status"], seen["started"] = message["status"], True
                 message = {**message, "headers": [*message.get("headers", []),
                                                   (b"x-request-id", request_id.encode("latin-1"))]}
             elif message["type"] == "http.response.body":
@@ -87,6 +94,10 @@ def guard(app, hosts: Collection[str], keys: Collection[bytes], count: Callable[
                 await refusal(scope, receive, send_with_id)
             else:
                 await app(scope, receive, send_with_id)
+        except asyncio.CancelledError as e:
+            if "graceful shutdown" in str(e) and not seen["started"]:  # cut after --drain-seconds: say so
+                await STOPPING(scope, receive, send_with_id)
+            raise
         finally:
             path = scope["path"]
             count(path if path in endpoints else "other", seen["status"])

@@ -217,8 +217,10 @@ class ProcessRunner:
             if slot.watched is not None and self._loop is not None and not self._loop.is_closed():
                 self._loop.remove_reader(slot.watched)
                 slot.watched = None
+        procs = [slot.proc for slot in self.slots if slot.proc is not None]
+        for proc in procs:  # every pipe closed first: the idle workers all end at once
+            proc.conn.close()
         deadline = time.monotonic() + timeout
-        for slot in self.slots:
-            if slot.proc is not None:
-                slot.proc.stop(max(0.0, deadline - time.monotonic()))
+        for proc in procs:
+            proc.stop(max(0.0, deadline - time.monotonic()))
         self._threads.shutdown(wait=False, cancel_futures=True)
