@@ -176,3 +176,49 @@ def test_a_bad_row_is_one_clear_error(cluster, tmp_path):
     jsonl.write_text('{"text": "fine"}\n{"words": "no text key"}\n')
     with pytest.raises(InputError, match=r"rows.jsonl, line 2: no key 'text' \(its keys: words\)"):
         embed_dataset(str(jsonl), str(tmp_path / "out"), DatasetSettings(part_rows=4), actors=1, progress=False)
+
+
+PROTEIN_MODEL = {"lstm": {"use_skip_connections": True, "projection_dim": 16, "cell_clip": 3, "proj_clip": 3, "dim": 32,
+                          "n_layers": 2},
+                 "char_cnn": {"activation": "relu", "filters": [[1, 4], [2, 4], [3, 8]], "n_highway": 2,
+                              "embedding": {"dim": 4}, "n_characters": 262, "max_characters_per_token": 50}}
+
+
+def test_fasta_records_are_rows_of_residues(cluster, tmp_path):
+    """A proteome on Ray: one row per record (its id, its residues one a token), read by the proteins code's
+    reader; the vectors are its stateless SeqVec vectors and the Embedder's for the same residues; each id once."""
+    pytest.importorskip("Bio", reason="FASTA is read by Biopython, the [proteins] extra")
+    import gzip
+
+    import elmo
+    from elmo.proteins import SeqVecEmbedder, write_random_model
+
+    model = write_random_model(tmp_path / "model", PROTEIN_MODEL, seed=1)
+    proteins = {"P1": "MKTAYIAKQRQISFVKSHFSRQ", "P2": "SEQWENCE", "P3": "PROTEIN", "P4": "MKV",
+                "P5": "ACDEFGHIKLMNPQRSTVWYUOBZX"}
+    fasta = tmp_path / "proteome"
+    fasta.mkdir()
+    records = [f">{k} a description\n{s[:10]}\n{s[10:]}\n" for k, s in proteins.items()]
+    (fasta / "a.fasta").write_text("".join(records[:3]))
+    with gzip.open(fasta / "b.fa.gz", "wt") as f:
+        f.write("".join(records[3:]))
+    settings = DatasetSettings(model=str(tmp_path / "model"), part_rows=2)
+    summary = embed_dataset(str(fasta), str(tmp_path / "out"), settings, actors=2, progress=False)
+    assert summary["parts"] == 3 and summary["rows"] == len(proteins)
+    table = read_output(tmp_path / "out")
+    assert sorted(table.column("id").to_pylist()) == sorted(proteins)  # every id exactly once
+    assert dict(zip(table.column("id").to_pylist(), table.column("residues").to_pylist())) == {
+        k: list(s) for k, s in proteins.items()}
+    seqvec = SeqVecEmbedder(options_file=model.options_file, weights_file=model.weight_file, stateful=False)
+    plain = elmo.Embedder.from_files(model.options_file, model.weight_file)
+    for key, vectors in by_id(table).items():
+        np.testing.assert_allclose(vectors, seqvec.embed(proteins[key]), atol=1e-6, rtol=0)
+        np.testing.assert_allclose(vectors, plain.embed_batch([list(proteins[key])])[0], atol=1e-6, rtol=0)
+    (fasta / "c.faa").write_text(">P2 again\nMKV\n")
+    with pytest.raises(InputError, match=r"c.faa: record 1 \('P2'\): the id is used by .*a.fasta too"):
+        embed_dataset(str(fasta), str(tmp_path / "out2"), settings, progress=False)
+    (fasta / "c.faa").write_text(">P9\nmkv\n")
+    with pytest.raises(InputError, match=r"c.faa: record 1 \('P9'\): residue 1 is 'm'"):
+        embed_dataset(str(fasta), str(tmp_path / "out2"), settings, progress=False)
+    with pytest.raises(InputError, match="a FASTA row's id is its record's id"):
+        embed_dataset(str(fasta), str(tmp_path / "out2"), DatasetSettings(id_column="key"), progress=False)

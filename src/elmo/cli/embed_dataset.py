@@ -16,21 +16,23 @@ from . import add_model_flags
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("embed-dataset", help="embed a dataset (text, JSONL, Parquet) on Ray Data into Parquet parts",
+    p = sub.add_parser("embed-dataset", help="embed a dataset (text, JSONL, Parquet, FASTA) on Ray Data into Parquet parts",
                        description="Embed every row of INPUT (a file, or a folder of files of one format) with a pool "
                        "of Ray Data actors, each loading the model once, into OUTPUT, a folder of Parquet parts "
-                       "(id, the text or tokens, the vectors). A rerun after a crash skips the parts already written; "
+                       "(id, the text or tokens, the vectors); a FASTA record's row is its id and its residues, one a token. A rerun after a crash skips the parts already written; "
                        "each id is written exactly once (docs/at-scale.md).")
-    p.add_argument("input", help="a .txt (one whitespace-tokenized sentence per line), .jsonl or .parquet file, "
-                   "or a folder of them")
+    p.add_argument("input", help="a .txt (one whitespace-tokenized sentence per line), .jsonl, .parquet or FASTA "
+                   "(.fasta, .fa, .faa, .gz) file, or a folder of them")
     p.add_argument("output", help="the folder of Parquet parts to write (resumed if it holds an earlier run's parts)")
     p.add_argument("--model", dest="model", default=None, metavar="MODEL",
                    help="a model name (`elmo models`), a model directory or the URL of an archive, as elmo embed "
                    "--model (default: the bundled model); every Ray node resolves it itself")
-    p.add_argument("--format", dest="input_format", choices=("text", "jsonl", "parquet"),
+    p.add_argument("--format", dest="input_format", choices=("text", "jsonl", "parquet", "fasta"),
                    help="the input's format (default: from its file names)")
     p.add_argument("--text-column", default="text", help="the column of whitespace-tokenized text (default: text)")
-    p.add_argument("--tokens-column", help="instead, a column of token lists")
+    p.add_argument("--tokens-column", help="instead, a column of token lists (FASTA: the residues' column, "
+                   "default residues)")
+    p.add_argument("--uppercase", action="store_true", help="FASTA: upper-case lower-case residues (else refused)")
     p.add_argument("--id-column", help="the column of row ids to keep (default: each row's number in the input, "
                    "files in name order, from 0: a text file's line number)")
     fmt = p.add_mutually_exclusive_group()
@@ -80,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
     settings = DatasetSettings(model=args.model, text_column=args.text_column, tokens_column=args.tokens_column,
                                id_column=args.id_column, output_format=spec.output_format, layers=spec.layers,
                                pool=spec.pool, dtype=spec.dtype, int8=args.int8, part_rows=args.part_rows,
-                               input_format=args.input_format, max_line_bytes=args.max_line_bytes)
+                               input_format=args.input_format, max_line_bytes=args.max_line_bytes,
+                               uppercase=args.uppercase)
     summary = embed_dataset(args.input, output, settings, actors=args.actors, threads_per_actor=args.threads_per_actor,
                             batch_size=args.batch_size, address=args.address, progress=not args.no_progress,
                             overwrite=args.overwrite)

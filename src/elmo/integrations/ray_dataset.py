@@ -22,7 +22,7 @@ from ..errors import ElmoError, InputError, OutputError
 from ..fileio import MAX_LINE_BYTES, atomic_path, json_text, output_lock
 from ..threads import usable_cpus
 from .ray import OUTPUT_COLUMN, ElmoBatchEmbedder
-from .ray_parts import Part, input_files, plan_parts, read_part, vector_array
+from .ray_parts import FASTA_COLUMN, Part, input_files, plan_parts, read_part, vector_array
 
 MANIFEST = "_elmo_dataset.json"
 MANIFEST_FORMAT = 1
@@ -45,6 +45,7 @@ class DatasetSettings:
     part_rows: int = 10_000
     input_format: str | None = None
     max_line_bytes: int = MAX_LINE_BYTES
+    uppercase: bool = False  # FASTA: lower-case residues upper-cased (else refused, as the proteins code does)
 
     def embedder_kwargs(self) -> dict:
         return {"text_column": self.text_column, "tokens_column": self.tokens_column,
@@ -66,7 +67,7 @@ class EmbedParts:
         import pyarrow.parquet as pq
 
         column = self.embedder.column
-        rows = read_part(part, column, self.settings.id_column, self.settings.max_line_bytes)
+        rows = read_part(part, column, self.settings.id_column, self.settings.max_line_bytes, self.settings.uppercase)
         tokens, writer, chunk_rows = 0, None, self.embedder.batch_size * WINDOW_BATCHES
         # As elmo embed embeds a part: from an empty token cache, in windows from the part's first row, so the
         # batches, and so the vectors, are elmo embed's own for the same part size (--part-lines = --part-rows).
@@ -185,14 +186,28 @@ def embed_dataset(input_path: str, output: str, settings: DatasetSettings, *, ac
     """Embed INPUT's rows into OUTPUT's parts; returns counts and times (parts skipped, rows, tokens, seconds)."""
     started = time.perf_counter()
     files = input_files(input_path, settings.input_format)
-    parts = plan_parts(files, settings.part_rows, settings.max_line_bytes)
-    manifest = {"format": MANIFEST_FORMAT, "settings": json.loads(json_text(dataclasses.asdict(settings))),
+    settings = fasta_settings(settings, files[0][1])
+    parts = plan_parts(files, settings.part_rows, settings.max_line_bytes, settings.uppercase)
+    recorded = {k: v for k, v in dataclasses.asdict(settings).items() if k != "uppercase" or v}  # earlier manifests
+    manifest = {"format": MANIFEST_FORMAT, "settings": json.loads(json_text(recorded)),
                 "model": model_identity(settings.model), "parts": len(parts), "rows": sum(p.rows for p in parts),
                 "inputs": [[path, os.path.getsize(path), os.path.getmtime(path)] for path, _ in files]}
     with output_lock(output):
         return _embed_parts(output, parts, manifest, settings, overwrite, started,
                             dict(actors=actors, threads_per_actor=threads_per_actor, batch_size=batch_size,
                                  address=address, progress=progress))
+
+
+def fasta_settings(settings: DatasetSettings, kind: str) -> DatasetSettings:
+    """FASTA rows are tokens (the residues, in `tokens_column`, default "residues") with the record ids as ids."""
+    if kind != "fasta":
+        if settings.uppercase:
+            raise InputError("--uppercase is for FASTA input (protein residues)")
+        return settings
+    if settings.id_column:
+        raise InputError(f"--id-column {settings.id_column!r}: a FASTA row's id is its record's id; "
+                         "--id-column is for JSONL or Parquet input")
+    return dataclasses.replace(settings, tokens_column=settings.tokens_column or FASTA_COLUMN)
 
 
 def _embed_parts(output: str, parts: list[Part], manifest: dict, settings: DatasetSettings, overwrite: bool,

@@ -20,14 +20,16 @@ from ..fileio import MAX_LINE_BYTES
 from ..text_lines import decode_line, iter_raw_lines, open_binary, read_line
 
 FORMATS = {"text": (".txt", ".txt.gz", ".txt.bz2", ".txt.xz"), "jsonl": (".jsonl", ".json", ".jsonl.gz"),
-           "parquet": (".parquet",)}
+           "parquet": (".parquet",), "fasta": (".fasta", ".fa", ".faa", ".fasta.gz", ".fa.gz", ".faa.gz")}
+FASTA_COLUMN = "residues"  # a FASTA row's tokens: its residues, one a token (SeqVec's input)
 COMPRESSED = (".gz", ".bz2", ".xz")
 
 
 @dataclasses.dataclass(frozen=True)
 class Part:
     """Rows [first_id, first_id + rows) of the whole input, found in one file: from byte `offset` (plain
-    text/JSONL), after `first_line` lines (compressed text/JSONL, read from the start), or Parquet row groups."""
+    text/JSONL), after `first_line` lines (compressed text/JSONL, read from the start; FASTA: records), or Parquet
+    row groups."""
 
     index: int
     path: str
@@ -61,7 +63,7 @@ def input_kind(path: str, kind: str | None) -> str:
             return name
     known = ", ".join(s for suffixes in FORMATS.values() for s in suffixes)
     raise InputError(f"{path}: cannot tell its format from its name (expected {known}); "
-                     "name it with --format text|jsonl|parquet")
+                     "name it with --format text|jsonl|parquet|fasta")
 
 
 def input_files(path: str, kind: str | None) -> list[tuple[str, str]]:
@@ -118,15 +120,43 @@ def _parquet_parts(path: str, part_rows: int, first_id: int, index: int) -> list
     return parts
 
 
-def plan_parts(files: list[tuple[str, str]], part_rows: int, max_bytes: int = MAX_LINE_BYTES) -> list[Part]:
+def fasta_records(path: str, uppercase: bool = False) -> list:
+    """The proteins code's FASTA reader (Biopython; every record checked, one line naming a bad one)."""
+    try:
+        from ..proteins.fasta import read_fasta
+
+        return read_fasta(path, uppercase)
+    except ImportError as e:
+        raise InputError(f"{path}: FASTA input needs Biopython: pip install 'elmo-bilm[proteins]' ({e})") from None
+
+
+def _fasta_parts(path: str, part_rows: int, first_id: int, index: int, seen: dict[str, str],
+                 uppercase: bool) -> list[Part]:
+    """Every `part_rows` records one part; record ids unique across the input's files (they are the rows' ids)."""
+    records = fasta_records(path, uppercase)
+    for record in records:
+        if record.id in seen:
+            raise InputError(f"{path}: record {record.number} ({record.id!r}): the id is used by {seen[record.id]} "
+                             "too; ids must be unique across the input")
+        seen[record.id] = path
+    return [Part(index + n, path, "fasta", first_id + start, min(part_rows, len(records) - start), first_line=start)
+            for n, start in enumerate(range(0, len(records), part_rows))]
+
+
+def plan_parts(files: list[tuple[str, str]], part_rows: int, max_bytes: int = MAX_LINE_BYTES,
+               uppercase: bool = False) -> list[Part]:
     """The deterministic parts of the input (ids: each row's number in the input, files in order)."""
     if isinstance(part_rows, bool) or not isinstance(part_rows, int) or part_rows < 1:
         raise InputError(f"--part-rows {part_rows!r}: expected a positive whole number of rows")
     parts: list[Part] = []
-    first_id = 0
+    first_id, seen_ids = 0, {}
     for path, kind in files:
-        new = (_parquet_parts(path, part_rows, first_id, len(parts)) if kind == "parquet"
-               else _line_parts(path, kind, part_rows, first_id, len(parts), max_bytes))
+        if kind == "fasta":
+            new = _fasta_parts(path, part_rows, first_id, len(parts), seen_ids, uppercase)
+        elif kind == "parquet":
+            new = _parquet_parts(path, part_rows, first_id, len(parts))
+        else:
+            new = _line_parts(path, kind, part_rows, first_id, len(parts), max_bytes)
         parts += new
         first_id += sum(p.rows for p in new)
     return parts
@@ -157,8 +187,13 @@ def _json_row(text: str, path: str, number: int) -> dict:
     return row
 
 
-def read_part(part: Part, column: str, id_column: str | None, max_bytes: int = MAX_LINE_BYTES) -> dict[str, list]:
-    """The part's rows as {"id": [...], column: [...]}: ids from `id_column` where named, else row numbers."""
+def read_part(part: Part, column: str, id_column: str | None, max_bytes: int = MAX_LINE_BYTES,
+              uppercase: bool = False) -> dict[str, list]:
+    """The part's rows as {"id": [...], column: [...]}: ids from `id_column` where named, else row numbers
+    (FASTA: the record ids, and each record's residues as its tokens)."""
+    if part.kind == "fasta":
+        records = fasta_records(part.path, uppercase)[part.first_line : part.first_line + part.rows]
+        return {"id": [r.id for r in records], column: [list(r.sequence) for r in records]}
     if part.kind == "parquet":
         import pyarrow.parquet as pq
 
