@@ -156,6 +156,7 @@ class ProcessRunner:
         if slot.proc is not proc or proc.dead:  # already seen (by its sentinel or its pipe), or replaced
             return
         proc.dead = True
+        proc.process.join(0.5)  # it is ending (its sentinel or pipe closed): reaped in moments, for its exit code
         if slot.watched is not None:
             self._loop.remove_reader(slot.watched)
             slot.watched = None
@@ -205,7 +206,10 @@ class ProcessRunner:
         try:
             return await self._loop.run_in_executor(self._threads, proc.call, sentences, outputs)
         except WorkerLost:
-            self._died(slot, proc)  # seen here before the sentinel's turn came (a no-op after it)
+            # its pipe closed as it died: let it be reaped (else its exit code reads None), then note the death
+            # here if the sentinel's turn has not come yet (a no-op after it)
+            await self._loop.run_in_executor(self._threads, proc.process.join, 1.0)
+            self._died(slot, proc)
             raise WorkerLost(f"the worker process computing this request died (killed or out of memory); it is "
                              f"being replaced: try again in {self.retry_after()} s", self.retry_after()) from None
 
