@@ -1,7 +1,8 @@
 """`elmo serve` as real processes: a worker killed under load is replaced (its batch answered 503 + Retry-After,
 every request after the replacement 200 with the right vectors, none hanging); clients that time out are
 dropped from the line before any work; a reader that stops is cut off by the send deadline; a model that
-will not load is one line."""
+will not load is one line; a request still running after --drain-seconds is cut (503) and the server exits
+in time; /health turns 503 after three failed replacement loads."""
 
 from __future__ import annotations
 
