@@ -10,10 +10,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..errors import InputError
+from ..output_paths import CONTROL_CHARACTERS
 from . import add_model_flags
 from .lab import bind, positive
 
-CONTROL_CHARACTERS = frozenset(map(chr, [*range(0x20), *range(0x7F, 0xA0)]))  # C0, DEL and C1
 ARCHIVE_ENDINGS = (".tar.gz", ".tgz", ".tar", ".zip", ".hdf5", ".json")
 STOP_GRACE = 1.0  # seconds the workers get to end after the server stops (an idle one ends at once)
 THREADS_DEFAULT = 1  # torch threads per worker when --threads is not given: measured, docs/serving.md#threads
