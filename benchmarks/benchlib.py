@@ -40,8 +40,8 @@ def random_model(shape: str, directory: Path) -> tuple[Path, Path]:
     """options.json and weights.hdf5 of a preset's shape with random weights (`torch.manual_seed(0)`), in a new
     `directory`: the same model in every benchmark and every run."""
     from elmo import save_bilm
-    from elmo.bilm import BiLM
-    from elmo.options import BiLMConfig
+    from elmo.model.bilm import BiLM
+    from elmo.model.options import BiLMConfig
 
     torch.manual_seed(0)
     directory.mkdir()

@@ -44,7 +44,7 @@ def measure(model: str, threads: int, passes: int, sentence_batch: int, document
     from benchlib import gemm_flops
 
     from elmo import Embedder
-    from elmo.options import read_options
+    from elmo.model.options import read_options
     from elmo.models import resolve
 
     torch.set_num_threads(threads)

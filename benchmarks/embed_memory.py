@@ -8,7 +8,7 @@ Many lines (the default): the first N lines of ../shared/data/wiki_corpus/train.
 lines in minutes on a CPU; the sentences stay distinct, so the one structure that does grow, the
 `sentence_to_index` dict, grows as it would on a real corpus. Each size runs once with the default
 output and once with --forget-sentences (no dict). Two bounded caches fill during the first ~100k
-lines and then stay flat: the token -> character-id cache of elmo.chars (65,536 tokens, ~40 MB) and
+lines and then stay flat: the token -> character-id cache of elmo.model.chars (65,536 tokens, ~40 MB) and
 HDF5's metadata cache while joining (~35 MB).
 
 One line (`--one-line N ...`, #56 item 5): a single line of N tokens (the corpus's sentences joined)

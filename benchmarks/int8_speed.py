@@ -10,7 +10,7 @@ its own process (so peak RSS is per measurement): a warm-up of two batches, then
 over the sentences (the first --sentences lines of ../shared/data/wiki_corpus/valid.txt, as
 benchmarks/speed.py), tokens/s the median. `bundled` is the bundled default model; `original` the
 published ELMo's shapes with random weights (`torch.manual_seed(0)`, as benchmarks/speed.py). Also
-reported: the weights that int8 converts, in float32 and in int8 (`elmo.int8.weight_bytes`), and
+reported: the weights that int8 converts, in float32 and in int8 (`elmo.model.int8.weight_bytes`), and
 the cosine of the int8 vectors to the float32 ones on the first 64 sentences.
 
     python benchmarks/int8_speed.py --process --shapes original --threads 2 --sentences 400 --passes 3 \\
@@ -22,7 +22,7 @@ times whole `elmo embed` processes (start-up included), float32 and int8, on old
     python benchmarks/int8_speed.py --kernels [--threads 1]
 
 times one matrix product at the LSTM's shapes (rows x in x out) with each candidate kernel: float32
-MKL and oneDNN (packed weight, as `LstmLayer` uses it), ours (`elmo.int8.Int8Linear`: fbgemm with
+MKL and oneDNN (packed weight, as `LstmLayer` uses it), ours (`elmo.model.int8.Int8Linear`: fbgemm with
 per-row activation scales), fbgemm's plain dynamic linear (one scale per tensor: faster, but a row's
 result would depend on its batch), oneDNN's dynamic int8 linear, `torch._int_mm`, and torchao's int8
 dynamic-activation linear if torchao is installed (it is not a dependency). Median of repeated calls for about a second each.
@@ -41,11 +41,21 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from benchlib import (HERE, REPO, SENTENCES, SPEED_WORKER, embed_process, machine, random_model, run_json,
-                      save_results, write_sentences)
+from benchlib import (
+    HERE,
+    REPO,
+    SENTENCES,
+    SPEED_WORKER,
+    embed_process,
+    machine,
+    random_model,
+    run_json,
+    save_results,
+    write_sentences,
+)
 
 from elmo import load_bilm
-from elmo.int8 import Int8Linear, quantize_bilm, token_cosines, weight_bytes
+from elmo.model.int8 import Int8Linear, quantize_bilm, token_cosines, weight_bytes
 from elmo.models import resolve
 
 SHAPES = ("bundled", "original", "small")
@@ -64,7 +74,7 @@ def median_seconds(fn, budget: float = 1.0) -> float:
 
 def kernel_candidates(rows: int, weight: torch.Tensor) -> dict:
     """name -> a function of x (rows, in) computing x @ weight (in, out) in that kernel's way."""
-    from elmo.lstm_kernels import onednn_linear, onednn_pack
+    from elmo.model.lstm_kernels import onednn_linear, onednn_pack
 
     ours = Int8Linear(weight)
     packed = onednn_pack(weight.t().contiguous(), rows)

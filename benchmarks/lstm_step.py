@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from elmo import lstm_kernels
+from elmo.model import lstm_kernels
 
 
 def timed(fn, repeats: int) -> float:

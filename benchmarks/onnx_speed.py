@@ -18,7 +18,7 @@ float32, and each int8 engine's cosine to ours float32 (first 32 sentences, ever
 `small` and `original` are the presets' shapes with random weights (`torch.manual_seed(0)`), as
 benchmarks/int8_speed.py. `--rounds N` runs the engines N times in turn, each engine's rate the median
 of all its passes; `--before OLD/src` (repeatable; `git archive <commit> src | tar -x -C OLD`) adds an
-older code's int8 beside ours. Our int8 loads read the int8 store (`elmo.int8_store`), which the run
+older code's int8 beside ours. Our int8 loads read the int8 store (`elmo.formats.int8_store`), which the run
 writes first, untimed, in a cache folder of its own.
 
 `--accuracy N` times nothing: per layer, the cosine of each int8 engine's token vectors to ours
@@ -39,8 +39,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from benchlib import (HERE, PEAK_RSS_MB, SENTENCES, code_env, machine, random_model, save_results, timed_process,
-                      write_sentences)
+from benchlib import (
+    HERE,
+    PEAK_RSS_MB,
+    SENTENCES,
+    code_env,
+    machine,
+    random_model,
+    save_results,
+    timed_process,
+    write_sentences,
+)
 
 ENGINES = ("ours fp32", "ours int8", "onnxruntime fp32", "onnxruntime int8")
 SHAPES = ("small", "original", "bundled")
@@ -99,7 +108,7 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def compare(reference: str, other: str) -> dict:
-    from elmo.int8 import token_cosines
+    from elmo.model.int8 import token_cosines
 
     a, b = np.load(reference), np.load(other)
     cos = np.concatenate([token_cosines(a[k], b[k]).ravel() for k in a.files if a[k].size])
@@ -125,7 +134,7 @@ def measure_shape(shape: str, threads_list: list[int], args, work: Path, sentenc
     alike); per engine the median pass over all rounds. The int8 store is written before, untimed: our
     int8 loads read it, as every load after a model's first does (docs/performance.md)."""
     from elmo import load_bilm
-    from elmo.onnx_export import export_onnx
+    from elmo.formats.onnx_export import export_onnx
 
     directory = model_dir(shape, work)
     bilm = load_bilm(directory / "options.json", directory / "weights.hdf5")
@@ -171,8 +180,8 @@ def measure_shape(shape: str, threads_list: list[int], args, work: Path, sentenc
 def accuracy(shape: str, count: int, work: Path) -> list[dict]:
     """Per layer, the cosine of each int8 engine's token vectors to ours float32 on the first `count` lines
     of wiki_corpus test.txt, summarised as scripts/int8_accuracy.py does for ours (docs/performance.md)."""
-    from elmo.int8 import token_cosines
-    from elmo.onnx_export import export_onnx
+    from elmo.formats.onnx_export import export_onnx
+    from elmo.model.int8 import token_cosines
 
     directory = model_dir(shape, work)
     lines = (SENTENCES.parent / "test.txt").read_text(encoding="utf-8").splitlines()[:count]

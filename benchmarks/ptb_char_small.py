@@ -36,17 +36,17 @@ from pathlib import Path
 import torch
 
 from elmo.cli import main as elmo
-from elmo.options import BiLMConfig
+from elmo.formats.lm_vocab import Vocab
+from elmo.formats.weights import save_bilm
+from elmo.model.options import BiLMConfig
 from elmo.training.checkpoint import latest_checkpoint, list_checkpoints
 from elmo.training.data import BATCHINGS, count_targets
 from elmo.training.export import load_run
 from elmo.training.model import new_language_model
 from elmo.training.perplexity import perplexity
-from elmo.training.settings import OBJECTIVES, WEIGHT_INITS
+from elmo.training.settings import OBJECTIVES, WEIGHT_INITS, TrainSettings
 from elmo.training.softmax import save_softmax
-from elmo.training.trainer import TrainSettings, train
-from elmo.training.vocab import Vocab
-from elmo.weights import save_bilm
+from elmo.training.trainer import train
 
 SHARED = Path(os.environ.get("ELMO_SHARED", Path(__file__).resolve().parents[1].parent / "shared"))
 DATA = SHARED / "data" / "ptb_mikolov"

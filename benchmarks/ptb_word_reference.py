@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from elmo.fileio import atomic_path
+from elmo.files.fileio import atomic_path
 
 SHARED = Path(os.environ.get("ELMO_SHARED", Path(__file__).resolve().parents[1].parent / "shared"))
 DATA = SHARED / "data" / "ptb_mikolov"
@@ -87,8 +87,8 @@ class _ElmoLstm(nn.Module):
         super().__init__()
         from ptb_char_small import kim_small
 
-        from elmo.bilm import LstmLayer
-        from elmo.options import BiLMConfig
+        from elmo.model.bilm import LstmLayer
+        from elmo.model.options import BiLMConfig
 
         self.layer = LstmLayer(inputs, BiLMConfig.from_options(kim_small(300)))  # 300 cells, no projection
 
@@ -111,9 +111,9 @@ class CharTokens(nn.Module):
         super().__init__()
         from ptb_char_small import kim_small
 
-        from elmo.bilm import CharEncoder
-        from elmo.chars import EOS_TOKEN, PAD_CHAR, token_to_ids
-        from elmo.options import BiLMConfig
+        from elmo.model.bilm import CharEncoder
+        from elmo.model.chars import EOS_TOKEN, PAD_CHAR, token_to_ids
+        from elmo.model.options import BiLMConfig
 
         options = kim_small(300 if projection else 525)
         self.encoder = CharEncoder(BiLMConfig.from_options(options))

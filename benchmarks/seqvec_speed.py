@@ -57,8 +57,8 @@ def batches(seqs: list[str]) -> list[list[str]]:
 
 def worker_ours(args) -> dict:
     """One process: our SeqVecEmbedder (stateless) on the proteins; residues/s and (optionally) the vectors."""
+    from elmo.model.threads import set_threads
     from elmo.proteins import SeqVecEmbedder
-    from elmo.threads import set_threads
 
     set_threads(args.threads)
     embedder = SeqVecEmbedder(options_file=args.options, weights_file=args.weights, stateful=False, int8=args.int8,
@@ -101,8 +101,8 @@ def worker_peer(args) -> dict:
 
 def worker_memory(args) -> dict:
     """One process: one protein of `--length` residues, stateless, in windows or in one piece; peak RSS."""
+    from elmo.model.threads import set_threads
     from elmo.proteins import SeqVecEmbedder
-    from elmo.threads import set_threads
 
     set_threads(args.threads)
     embedder = SeqVecEmbedder(options_file=args.options, weights_file=args.weights, stateful=False, use_cpu=True,
@@ -173,8 +173,8 @@ def memory(files, work: Path) -> dict:
 def state_difference(files) -> dict:
     """Stateful after bio_embeddings' warm-up (the default) against stateless, on the four shortest proteins in one
     batch: per-residue cosine and the largest difference relative to the largest value, per layer."""
+    from elmo.model.threads import set_threads
     from elmo.proteins import SeqVecEmbedder
-    from elmo.threads import set_threads
 
     set_threads(1)
     seqs = proteins()[-4:]

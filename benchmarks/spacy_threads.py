@@ -31,9 +31,9 @@ BATCH_DOCS = 32
 def worker(threads: int, lines: int) -> dict:
     """Words per second of the layer's training steps at `threads` (this process only)."""
     import spacy
+    from benchlib import SENTENCES
     from spacy.tokens import Doc
 
-    from benchlib import SENTENCES
     from elmo.integrations.spacy_layers import elmo_mix
 
     vocab = spacy.blank("en").vocab

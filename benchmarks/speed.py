@@ -23,11 +23,24 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from benchlib import (HERE, SENTENCES, SPEED_WORKER, gemm_flops, gemm_flops_around, gpu_peak_mb, max_diff, options_for,
-                      peak_rss_mb, random_model, run_json, save_results, sync, write_sentences)
+from benchlib import (
+    HERE,
+    SENTENCES,
+    SPEED_WORKER,
+    gemm_flops,
+    gemm_flops_around,
+    gpu_peak_mb,
+    max_diff,
+    options_for,
+    peak_rss_mb,
+    random_model,
+    run_json,
+    save_results,
+    sync,
+    write_sentences,
+)
 
 from elmo.training.presets import preset_options
-
 
 # ---- workers (each in its own process) --------------------------------------------------------
 
@@ -69,15 +82,15 @@ def worker_train(args) -> dict:
     `elmo train`'s own step function (trainer.train_step), with its rank all-reduce and finiteness checks."""
     from torch.nn.parallel import DistributedDataParallel
 
-    from elmo.allocator import keep_freed_memory
-    from elmo.options import BiLMConfig
+    from elmo.formats.lm_vocab import Vocab
+    from elmo.model.allocator import keep_freed_memory
+    from elmo.model.options import BiLMConfig
     from elmo.training import distributed
     from elmo.training.data import SentenceSource, StreamBatcher
     from elmo.training.model import LanguageModel
     from elmo.training.softmax import LogUniformSampler
     from elmo.training.state import TrainingState
     from elmo.training.trainer import StepRecipe, train_step
-    from elmo.training.vocab import Vocab
 
     torch.set_num_threads(args.threads)
     if args.device == "cpu":
@@ -228,7 +241,7 @@ def row_limit(results: dict, t: int, precision: str, run: dict | None = None) ->
 def embedding_rows(args, shape: str, work: Path, sentence_file: Path, results: dict, out: Path) -> None:
     """Embedding rows of one shape (random weights, seed 0): each thread count, order and precision, ours and
     (fp32, with --peer-python) AllenNLP's on the same files; saved after every row."""
-    from elmo.options import BiLMConfig
+    from elmo.model.options import BiLMConfig
 
     options, weights = random_model(shape, work / shape)
     flops = BiLMConfig.from_options(options_for(shape)).forward_flops_per_token
@@ -262,8 +275,9 @@ def embedding_rows(args, shape: str, work: Path, sentence_file: Path, results: d
 def training_rows(args, work: Path, sentence_file: Path, results: dict, out: Path) -> None:
     """Training-step rows of each --train-shapes preset: each thread count, process count (torchrun) and
     precision; saved after every row."""
-    from elmo.options import BiLMConfig
-    from elmo.training.vocab import build_vocab, count_tokens, write_vocab
+    from elmo.formats.lm_vocab import write_vocab
+    from elmo.model.options import BiLMConfig
+    from elmo.training.vocab import build_vocab, count_tokens
 
     corpus = [str(SENTENCES), str(SENTENCES.with_name("test.txt"))]
     vocab_file = work / "vocab.txt"

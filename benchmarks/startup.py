@@ -27,8 +27,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import (PEAK_RSS_MB, REPO, code_env, embed_process, machine, random_model, save_results, timed_process,
-                      write_sentences)
+from benchlib import (
+    PEAK_RSS_MB,
+    REPO,
+    code_env,
+    embed_process,
+    machine,
+    random_model,
+    save_results,
+    timed_process,
+    write_sentences,
+)
 
 STAGES = """
 import json, sys, time

@@ -26,20 +26,21 @@ POLICIES = [
     ("2 threads, OpenMP default", 2, {}),
     ("2 threads, OMP_WAIT_POLICY=passive", 2, {"OMP_WAIT_POLICY": "passive"}),
     ("2 threads, GOMP_SPINCOUNT=10000", 2, {"GOMP_SPINCOUNT": "10000"}),
-    ("default_threads() (elmo.threads)", 0, {}),
+    ("default_threads() (elmo.model.threads)", 0, {}),
 ]
 SPIN = "import time\nend = time.time() + {seconds}\nwhile time.time() < end: pass\n"
 
 
 def worker(lines: int, threads: int, path: Path) -> dict:
-    """Embed the first `lines` lines with `threads` torch threads (0: elmo.threads' default); times the embedding.
+    """Embed the first `lines` lines with `threads` torch threads (0: elmo.model.threads' default); times the embedding.
     An explicit count loads torch first, so OpenMP keeps the policy the row's environment names (none: GNU
     OpenMP's default spinning); the default row imports elmo first, as `elmo embed` and `import elmo` do."""
     if threads:
         import torch
-    from elmo import Embedder
-    from elmo.threads import set_threads
     import torch
+
+    from elmo import Embedder
+    from elmo.model.threads import set_threads
 
     count = set_threads(threads or None)
     sentences = [line.split() for _, line in zip(range(lines), path.open(encoding="utf-8"))]

@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 
 import elmo
-from elmo.bilm import add_sentence_boundaries
 from elmo.cli import main as elmo_main
+from elmo.model.boundaries import add_sentence_boundaries
 
 FIXTURES = Path(os.environ["ELMO_SHARED"]) / "fixtures"  # set by port_allennlp_elmo_tests.py
 

@@ -28,9 +28,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from elmo import Embedder, load_model  # noqa: E402
-from elmo.bilm import BiLM  # noqa: E402
-from elmo.int8 import token_cosines  # noqa: E402
-from elmo.options import BiLMConfig  # noqa: E402
+from elmo.model.bilm import BiLM  # noqa: E402
+from elmo.model.int8 import token_cosines  # noqa: E402
+from elmo.model.options import BiLMConfig  # noqa: E402
 from elmo.training.presets import preset_options  # noqa: E402
 
 SHARED = Path(os.environ.get("ELMO_SHARED", REPO.parent / "shared"))

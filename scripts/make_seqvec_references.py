@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from elmo.fileio import hash_file
+from elmo.files.fileio import hash_file
 from elmo.proteins import write_random_model
 
 REPO = Path(__file__).resolve().parents[1]

@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from elmo import Embedder  # noqa: E402
+from elmo.formats.weights import load_bilm  # noqa: E402
 from elmo.lab.examples import AMBIGUOUS  # noqa: E402
 from elmo.lab.inputs import tokenize  # noqa: E402
 from elmo.lab.panels_words import sense_distances  # noqa: E402
@@ -39,7 +40,6 @@ from elmo.tasks.contextuality import (  # noqa: E402
     sense_occurrences,
     separation_summary,
 )
-from elmo.weights import load_bilm  # noqa: E402
 
 DEFAULT_SET = REPO / "tests" / "data" / "homonyms.json"
 

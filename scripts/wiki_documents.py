@@ -16,7 +16,7 @@ import gzip
 import sys
 from pathlib import Path
 
-from elmo.fileio import atomic_path
+from elmo.files.fileio import atomic_path
 
 SPLIT_FILES = {"train": "train.txt.gz", "valid": "valid.txt", "test": "test.txt"}
 

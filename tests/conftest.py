@@ -174,7 +174,7 @@ def relative_model_dir(tmp_path, allennlp_dir, monkeypatch) -> str:
 def make_config(**overrides):
     """A small biLM config (two layers, skip connections, four filter banks, two highways); overrides as
     {"lstm.dim": 32, "char_cnn.activation": "tanh", ...}."""
-    from elmo.options import BiLMConfig
+    from elmo.model.options import BiLMConfig
 
     options = {
         "lstm": {"dim": 24, "projection_dim": 8, "n_layers": 2, "cell_clip": 3, "proj_clip": 3,

@@ -1,5 +1,5 @@
 """A deliberately plain biLM: per-width conv1d, a per-step loop over every padded step, no sorting,
-no dedup, per-sentence reversal. The fast paths in elmo.bilm are tested against it."""
+no dedup, per-sentence reversal. The fast paths in elmo.model.bilm are tested against it."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def lstm_sequence(layer, xs: torch.Tensor, c: torch.Tensor, h: torch.Tensor):
 
 def bilm_sentence(bilm, tokens_ids: torch.Tensor) -> list[torch.Tensor]:
     """All layers (L+1, n+2, 2P) for one sentence's ids (n, 50), from zero state, markers included."""
-    from elmo.chars import BOS_IDS, EOS_IDS
+    from elmo.model.chars import BOS_IDS, EOS_IDS
 
     ids = torch.cat([BOS_IDS[None], tokens_ids, EOS_IDS[None]])
     x = char_encoder(bilm.char_encoder, ids)

@@ -137,11 +137,3 @@ def test_embed_file_bad_utf8_in_an_open_file_names_the_line(tmp_path, allennlp_d
     with pytest.raises(InputError, match=r"line 2: invalid UTF-8"):
         elmo.embed_file(io.BytesIO(b"fine\n\xff bad\n"), tmp_path / "out.hdf5")
     assert not (tmp_path / "out.hdf5").exists()
-
-
-def test_the_old_module_name_is_the_same_module():
-    import elmo.allennlp09_embedder
-    import elmo.legacy
-    from elmo.legacy import ElmoEmbedder
-
-    assert elmo.legacy is elmo.allennlp09_embedder and ElmoEmbedder is elmo.ElmoEmbedder

@@ -318,7 +318,7 @@ class ElmoTestCase:
 
 def test_elmo_bilm_can_cache_char_cnn_embeddings(allennlp_dir, caplog):
     """AllenNLP's test passes the char ids as word ids to a model without a cache: ignored, with AllenNLP's warning."""
-    with caplog.at_level(logging.WARNING, logger="elmo.elmo_module"):
+    with caplog.at_level(logging.WARNING, logger="elmo.allennlp.elmo_module"):
         ElmoTestCase(allennlp_dir).test_elmo_bilm_can_cache_char_cnn_embeddings()
     assert [r.getMessage() for r in caplog.records] == ["Word inputs were passed to ELMo but it does not have a "
                                                         "cached vocab."]
@@ -327,7 +327,7 @@ def test_elmo_bilm_can_cache_char_cnn_embeddings(allennlp_dir, caplog):
 def test_word_ids_without_a_cache_are_ignored_and_checked_where_used(files, caplog):
     ids = batch_to_ids(TWO)
     plain = Elmo(*files, 1, dropout=0.0)
-    with caplog.at_level(logging.WARNING, logger="elmo.elmo_module"):
+    with caplog.at_level(logging.WARNING, logger="elmo.allennlp.elmo_module"):
         ignored = plain(ids, "not even a tensor")["elmo_representations"][0]
     assert len(caplog.records) == 1
     torch.testing.assert_close(ignored, plain(ids)["elmo_representations"][0], atol=0, rtol=0)

@@ -9,10 +9,10 @@ import pytest
 
 SCRIPT = """
 import resource, torch
-from elmo import allocator
-from elmo.embedder import Embedder
-from elmo.bilm import BiLM
-from elmo.options import BiLMConfig
+from elmo.model import allocator
+from elmo.embed.embedder import Embedder
+from elmo.model.bilm import BiLM
+from elmo.model.options import BiLMConfig
 Embedder(BiLM(BiLMConfig.from_options({"lstm": {"dim": 8, "projection_dim": 4, "n_layers": 1},
     "char_cnn": {"filters": [[1, 4]], "n_highway": 1, "embedding": {"dim": 4}, "n_characters": 262,
                  "max_characters_per_token": 50, "activation": "relu"}})))

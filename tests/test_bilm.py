@@ -7,9 +7,9 @@ from conftest import make_config
 from reference import bilm_sentence, char_encoder
 
 from elmo import batch_to_ids, remove_sentence_boundaries
-from elmo import bilm as bilm_module
-from elmo import lstm_kernels
-from elmo.bilm import BiLM
+from elmo.model import bilm as bilm_module
+from elmo.model import lstm_kernels
+from elmo.model.bilm import BiLM
 
 SENTENCES = [
     "The bank raised interest rates .".split(),

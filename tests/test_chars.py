@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from elmo import batch_to_ids
-from elmo.chars import token_to_ids
+from elmo.model.chars import token_to_ids
 
 
 def test_multibyte_token_matches_documented_ids():

@@ -15,11 +15,13 @@ import torch
 from test_golden_outputs import top_layer_halves
 
 from elmo import Embedder, batch_to_ids, load_bilm, remove_sentence_boundaries
-from elmo.options import BiLMConfig
+from elmo.formats.lm_vocab import Vocab, write_vocab
+from elmo.model.options import BiLMConfig
 from elmo.training.data import SentenceSource, StreamBatcher
 from elmo.training.model import LanguageModel
-from elmo.training.trainer import TrainSettings, train
-from elmo.training.vocab import Vocab, build_vocab, count_tokens, write_vocab
+from elmo.training.settings import TrainSettings
+from elmo.training.trainer import train
+from elmo.training.vocab import build_vocab, count_tokens
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

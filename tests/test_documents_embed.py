@@ -17,12 +17,12 @@ import torch
 from conftest import model_flags, subprocess_env
 
 from elmo import Embedder
-from elmo import documents as documents_module
 from elmo.cli import main as cli_main
-from elmo.embed_corpus import make_plan, write_parts
-from elmo.embed_file import OutputSpec
+from elmo.embed import documents as documents_module
+from elmo.embed.corpus import make_plan, write_parts
+from elmo.embed.output_file import OutputSpec
 from elmo.errors import InputError
-from elmo.int8 import Int8Unavailable
+from elmo.model.int8 import Int8Unavailable
 from elmo.models import resolve
 
 ATOL = 1e-6

@@ -10,12 +10,13 @@ from conftest import MICRO
 
 from elmo.cli import main as cli_main
 from elmo.errors import InputError
-from elmo.options import BiLMConfig
+from elmo.formats.lm_vocab import Vocab
+from elmo.model.options import BiLMConfig
 from elmo.training.data import DocumentBatcher, DocumentSource
 from elmo.training.model import LanguageModel, detach_states
 from elmo.training.perplexity import perplexity
-from elmo.training.trainer import TrainSettings, train
-from elmo.training.vocab import Vocab
+from elmo.training.settings import TrainSettings
+from elmo.training.trainer import train
 
 pytestmark = pytest.mark.usefixtures("keep_threads")
 
@@ -162,7 +163,7 @@ def test_reset_rate_needs_document_batching(tmp_path):
 
 
 def test_a_corpus_without_document_breaks_is_refused(tmp_path, monkeypatch):
-    import elmo.documents as documents  # the one document-length check, for embedding and training
+    import elmo.embed.documents as documents  # the one document-length check, for embedding and training
 
     monkeypatch.setattr(documents, "MAX_DOCUMENT_LINES", 5)
     path = tmp_path / "flat.txt"

@@ -14,8 +14,8 @@ from conftest import model_flags
 
 from elmo import Embedder
 from elmo.cli import main as cli_main
-from elmo.embed_corpus import Plan, make_plan, write_parts
-from elmo.embed_file import OutputSpec
+from elmo.embed.corpus import Plan, make_plan, write_parts
+from elmo.embed.output_file import OutputSpec
 
 ELMO = str(Path(sys.executable).parent / "elmo")
 N_LINES, PART_LINES = 10_000, 1000
@@ -146,13 +146,3 @@ def test_shares_cover_the_missing_blocks_once_in_contiguous_runs(world):
         assert share == plan.todo[first:first + len(share)]
     if world == 2:  # weights tokens + lines: 15+90+10+50 = 165 | 13+70+11+40 = 134 (each block where its middle falls)
         assert shares == [[0, 1, 2, 4], [5, 8, 9, 11]]
-
-
-def test_the_old_module_name_is_the_same_module():
-    """elmo.embed_parallel was renamed elmo.embed_corpus (it is every `elmo embed`, not only torchrun's)."""
-    import elmo.embed_corpus as new
-    import elmo.embed_parallel as old
-    from elmo.embed_parallel import embed_corpus, make_plan
-
-    assert old is new  # attributes set through the old name (tests, monkeypatching) reach the real module
-    assert embed_corpus is new.embed_corpus and make_plan is new.make_plan

@@ -9,7 +9,7 @@ import pytest
 
 from elmo import ElmoEmbedder, Embedder
 from elmo.cli import main as cli_main
-from elmo.embed_file import embed_file
+from elmo.embed.stream import embed_file
 
 # stripped text as the key; a duplicate (last one wins in sentence_to_index); non-ASCII; an empty line
 EXTRA = ["  The cat  sat . ", "Crème brûlée für 2 €", "", "The cat  sat ."]

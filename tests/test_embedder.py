@@ -1,4 +1,4 @@
-"""`elmo.embedder.Embedder`: layer views, batching, sentence vectors, threads, and bad input refused with
+"""`elmo.embed.embedder.Embedder`: layer views, batching, sentence vectors, threads, and bad input refused with
 an `InputError` (which is also a ValueError)."""
 
 import threading
@@ -10,9 +10,9 @@ import torch
 from conftest import MICRO
 
 from elmo import Embedder, batch_to_ids
-from elmo.bilm import BiLM
 from elmo.errors import ElmoError, InputError
-from elmo.options import BiLMConfig
+from elmo.model.bilm import BiLM
+from elmo.model.options import BiLMConfig
 
 SENTENCES = [["The", "bank", "raised", "rates", "."], ["Hi"], [], ["We", "sat", "by", "the", "river", "bank"]]
 

@@ -12,17 +12,25 @@ import torch
 from conftest import MICRO
 
 from elmo import Elmo, Embedder, ScalarMix, load_bilm
-from elmo.bilm import BiLM
 from elmo.cli import main as cli_main
-from elmo.errors import (DownloadError, ElmoError, InputError, InputFileNotFound, ModelFileError, ModelFileNotFound,
-                         OfflineError, OutputError)
-from elmo.fileio import atomic_path, check_file
+from elmo.errors import (
+    DownloadError,
+    ElmoError,
+    InputError,
+    InputFileNotFound,
+    ModelFileError,
+    ModelFileNotFound,
+    OfflineError,
+    OutputError,
+)
+from elmo.files.fileio import atomic_path, check_file
+from elmo.formats.lm_vocab import Vocab
 from elmo.hub.fetch import fetch
-from elmo.int8 import Int8Unavailable
+from elmo.model.bilm import BiLM
+from elmo.model.int8 import Int8Unavailable
+from elmo.model.options import BiLMConfig
 from elmo.models import resolve
-from elmo.options import BiLMConfig
 from elmo.training import TrainingError
-from elmo.training.vocab import Vocab
 
 BUILTIN = [(InputError, ValueError), (ModelFileError, ValueError), (InputFileNotFound, FileNotFoundError),
            (InputFileNotFound, InputError), (ModelFileNotFound, FileNotFoundError), (ModelFileNotFound, ModelFileError),
@@ -42,7 +50,7 @@ def test_each_error_is_an_elmo_error_and_its_builtin(error, builtin):
 @pytest.fixture(scope="module")
 def micro_dir(tmp_path_factory):
     """options.json + weights.hdf5 of the micro biLM (random weights)."""
-    from elmo.weights import save_bilm
+    from elmo.formats.weights import save_bilm
 
     torch.manual_seed(0)
     d = tmp_path_factory.mktemp("micro")

@@ -17,10 +17,10 @@ from conftest import BILM_TF, MICRO_RUN, model_flags, need, subprocess_env
 
 from elmo import ElmoEmbedder, Embedder
 from elmo.cli import main as cli_main
-from elmo.embed_corpus import Ranks
+from elmo.embed.corpus import Ranks
 from elmo.errors import ElmoError, InputError, ModelFileError
-from elmo.fileio import GuardedFile
-from elmo.options import read_options
+from elmo.files.fileio import GuardedFile
+from elmo.model.options import read_options
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -68,7 +68,7 @@ def test_full_disk_is_refused_before_embedding(small_disk, corpus, allennlp_dir,
 
 def test_disk_filling_up_while_writing_exits_2_without_a_segfault(small_disk, corpus, allennlp_dir):
     """The up-front check bypassed, HDF5 meets ENOSPC for real: HDF5 alone would segfault (exit 139)."""
-    script = ("import sys, elmo.embed_corpus as p; p.check_free_space = lambda *a: None; "
+    script = ("import sys, elmo.embed.corpus as p; p.check_free_space = lambda *a: None; "
               "from elmo.cli import main; sys.exit(main(sys.argv[1:]))")
     done = subprocess.run([sys.executable, "-c", script, "embed", str(corpus), str(small_disk / "out.hdf5"),
                            *model_flags(allennlp_dir)], capture_output=True, text=True, env=subprocess_env())
@@ -101,7 +101,7 @@ def test_failed_write_in_the_join_keeps_the_parts_for_resume(tmp_path, corpus, a
 
 RANK0_FAILS = """
 import sys
-from elmo.embed_corpus import Ranks
+from elmo.embed.corpus import Ranks
 from elmo.errors import ElmoError
 ranks = Ranks.from_env()
 def make():
@@ -153,7 +153,7 @@ def test_join_with_less_room_than_the_output_removes_each_part_once_copied(small
 
 def test_consuming_join_without_root(tmp_path, corpus, allennlp_dir, capsys, monkeypatch):
     """The same decision with a simulated disk: plenty of room to embed, 0.6 MB left for the join."""
-    import elmo.embed_corpus as ep
+    import elmo.embed.corpus as ep
     real = shutil.disk_usage
     calls = []
 
@@ -324,7 +324,7 @@ def test_any_error_on_rank0_is_sent_to_the_other_ranks(monkeypatch):
 def test_atomic_writes_get_the_usual_mode_without_touching_the_umask(tmp_path, monkeypatch):
     """fileio makes its temporary file and folder with 0666/0777 less the umask, and never sets the umask
     (process-wide, so not thread-safe) to learn it."""
-    from elmo.fileio import atomic_dir, atomic_path
+    from elmo.files.fileio import atomic_dir, atomic_path
 
     old = os.umask(0o027)
     try:

@@ -19,13 +19,13 @@ from hub_server import serve
 import elmo
 from elmo.cli import main as cli_main
 from elmo.errors import InputError
+from elmo.formats.lm_vocab import Vocab
+from elmo.formats.weights import load_bilm
 from elmo.training.checkpoint import list_checkpoints, load_checkpoint
 from elmo.training.export import load_run
 from elmo.training.finetune import describe_start
-from elmo.training.settings import FINETUNE_DEFAULTS, RunConfig, fresh_run
-from elmo.training.trainer import TrainSettings, _build_model, _model_options, train
-from elmo.training.vocab import Vocab
-from elmo.weights import load_bilm
+from elmo.training.settings import FINETUNE_DEFAULTS, RunConfig, TrainSettings, fresh_run
+from elmo.training.trainer import _build_model, _model_options, train
 
 pytestmark = pytest.mark.usefixtures("keep_threads")
 

@@ -96,7 +96,7 @@ def test_fuzz_run_json(micro_dir, tmp_path):
 
 @pytest.mark.parametrize("name", ["encoder.pkl", "token_embedder.pkl", "arch.json", "config.json", "char.dic", "word.dic"])
 def test_fuzz_manylangs_files(tmp_path, name):
-    from elmo.manylangs import load_manylangs
+    from elmo.formats.manylangs import load_manylangs
     d = tmp_path / "ml"
     shutil.copytree(MANYLANGS, d)
     fuzz(d / name, lambda: load_manylangs(d), 200, seed=4)
@@ -104,7 +104,7 @@ def test_fuzz_manylangs_files(tmp_path, name):
 
 @pytest.mark.parametrize("name", ["options.json", "vocab.txt"])
 def test_fuzz_model_dir_text_files(micro_dir, tmp_path, name):
-    from elmo.models import ModelFiles
+    from elmo.files.layout import ModelFiles
     from elmo.training.export import load_model_dir
     d = tmp_path / "model"
     shutil.copytree(micro_dir / "model", d)
@@ -129,7 +129,7 @@ def test_torch_is_not_given_the_unsafe_load(tmp_path, monkeypatch):
 
 
 def test_fuzz_hdf5_weights_and_softmax(micro_dir, tmp_path):
-    from elmo.models import ModelFiles
+    from elmo.files.layout import ModelFiles
     from elmo.training.export import load_model_dir
     d = tmp_path / "model"
     shutil.copytree(micro_dir / "model", d)

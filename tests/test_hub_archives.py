@@ -9,8 +9,8 @@ import zipfile
 import pytest
 
 from elmo.errors import ModelFileError
+from elmo.files.layout import model_dir_in
 from elmo.hub.archives import extract_archive
-from elmo.hub.published import model_dir_in
 
 
 def make_tar(path, members: list[tuple[str, bytes | None, bytes]], mode: str = "w:gz"):

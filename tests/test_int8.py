@@ -1,4 +1,4 @@
-"""int8 inference (`elmo.int8`): close to float32, batch-independent, refused where it cannot be honest.
+"""int8 inference (`elmo.model.int8`): close to float32, batch-independent, refused where it cannot be honest.
 
 Bounds: per layer, the cosine of each token's int8 vector to its float32 vector is >= 0.999 on
 average and >= 0.995 at its worst, on both fixtures and the bundled model (measured when this was
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-import elmo.int8
+import elmo.model.int8
 from elmo import Elmo, Embedder, batch_to_ids, load_bilm
 from elmo.cli import main as cli_main
 from elmo.errors import InputError
-from elmo.int8 import Int8Linear, Int8Unavailable, quantize_bilm, token_cosines, weight_bytes
+from elmo.model.int8 import Int8Linear, Int8Unavailable, quantize_bilm, token_cosines, weight_bytes
 
 MEAN_COSINE, MIN_COSINE = 0.999, 0.995
 
@@ -126,7 +126,7 @@ def test_refusals(allennlp_dir, tmp_path, capsys):
 
 
 def test_no_int8_kernel_is_an_error_not_float32(monkeypatch, allennlp_dir):
-    monkeypatch.setattr(elmo.int8, "_supported_engines", lambda: ["qnnpack"])
+    monkeypatch.setattr(elmo.model.int8, "_supported_engines", lambda: ["qnnpack"])
     with pytest.raises(Int8Unavailable, match="fbgemm"):
         Embedder(fixture_bilm(allennlp_dir, "allennlp-elmo"), int8=True)
 
@@ -143,7 +143,7 @@ def test_cli_int8_writes_vectors_close_to_float32(tmp_path, sentences, one_threa
 
 
 def test_task_features_from_int8_have_their_own_cache(allennlp_dir, tmp_path, sentences, one_thread):
-    from elmo.int8 import is_quantized
+    from elmo.model.int8 import is_quantized
     from elmo.tasks import ElmoSpec, build_cache
 
     files = dict(options=str(allennlp_dir / "options.json"), weights=str(allennlp_dir / "lm_weights.hdf5"))
@@ -158,7 +158,7 @@ def test_task_features_from_int8_have_their_own_cache(allennlp_dir, tmp_path, se
 def test_int8_cells_tanh_is_torchs_within_a_float32_rounding(one_thread):
     """int8 steps take numpy's tanh (faster than torch's here); it differs from torch's by at most a
     few units in the last place, on strided gate views as on whole tensors."""
-    from elmo.int8 import _Int8Steps
+    from elmo.model.int8 import _Int8Steps
 
     gates = torch.randn(33, 4 * 50, generator=torch.Generator().manual_seed(3)) * 4
     for x in (gates.chunk(4, dim=1)[1], gates):

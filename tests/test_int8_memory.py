@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-import elmo.int8
+import elmo.model.int8
 from elmo import Embedder, load_bilm, save_bilm
 from elmo.errors import ModelFileError
-from elmo.int8 import held_bytes, quantize_bilm, weight_bytes
+from elmo.model.int8 import held_bytes, quantize_bilm, weight_bytes
 from elmo.models import BUNDLED_DIR
 
 
@@ -50,9 +50,9 @@ def test_steps_in_blocks_give_the_numbers_of_all_steps_at_once(allennlp_dir, fix
     options, weights = _files(allennlp_dir, "allennlp-elmo")
     embedder = Embedder.from_files(options, weights, int8=True)
     sentences = [s.split() for batch in fixture_sentences for s in batch]
-    monkeypatch.setattr(elmo.int8._Int8Steps, "ROWS_PER_BLOCK", 1_000_000)
+    monkeypatch.setattr(elmo.model.int8._Int8Steps, "ROWS_PER_BLOCK", 1_000_000)
     whole = embedder.embed_sentences(sentences)
-    monkeypatch.setattr(elmo.int8._Int8Steps, "ROWS_PER_BLOCK", 5)  # one step a block where a step has 5+ rows
+    monkeypatch.setattr(elmo.model.int8._Int8Steps, "ROWS_PER_BLOCK", 5)  # one step a block where a step has 5+ rows
     for a, b in zip(whole, embedder.embed_sentences(sentences)):
         np.testing.assert_array_equal(a, b)
 
@@ -91,4 +91,4 @@ def test_columns_are_quantized_as_torch_quantizes_them():
         w[0, 0] = 0.0
         scale = torch.maximum(w.amax(0), w.amin(0).neg()).div_(127).clamp_(min=torch.finfo(torch.float32).tiny)
         reference = torch.quantize_per_channel(w, scale.double(), torch.zeros(cols, dtype=torch.long), 1, torch.qint8)
-        assert torch.equal(elmo.int8.quantize_columns(w, scale, rows_per_block=64), reference.int_repr())
+        assert torch.equal(elmo.model.int8.quantize_columns(w, scale, rows_per_block=64), reference.int_repr())

@@ -1,4 +1,4 @@
-"""The int8 store (`elmo.int8_store`): an int8 load reads the weights quantized by an earlier load, the
+"""The int8 store (`elmo.formats.int8_store`): an int8 load reads the weights quantized by an earlier load, the
 same bits as quantizing again; a damaged, stale or foreign stored file is never used."""
 
 import os
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-import elmo.int8_store
-import elmo.weights
+import elmo.formats.int8_store
+import elmo.formats.weights
 from elmo import Embedder, load_bilm, save_bilm
-from elmo.int8 import weight_bytes
-from elmo.int8_store import store_path
+from elmo.formats.int8_store import store_path
+from elmo.model.int8 import weight_bytes
 from elmo.models import BUNDLED_DIR
 
 
@@ -55,7 +55,7 @@ def _no_quantizing(monkeypatch):
     """From here on an int8 load that reads the float32 file fails: it must come from the store."""
     def refuse(*args, **kwargs):
         raise AssertionError("quantized from the float32 file")
-    monkeypatch.setattr(elmo.weights, "_read_int8", refuse)
+    monkeypatch.setattr(elmo.formats.weights, "_read_int8", refuse)
 
 
 def _assert_same(a, b):
@@ -135,7 +135,7 @@ def test_an_unwritable_cache_is_said_once_and_loads_still_work(model, sentences,
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")
     monkeypatch.setenv("ELMO_CACHE", str(blocker))
-    monkeypatch.setattr(elmo.int8_store, "_unwritable_said", False)
+    monkeypatch.setattr(elmo.formats.int8_store, "_unwritable_said", False)
     expected = _quantized_at_load(*model, sentences, monkeypatch)
     _assert_same(_vectors(*model, sentences), expected)
     _assert_same(_vectors(*model, sentences), expected)

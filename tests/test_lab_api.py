@@ -25,10 +25,10 @@ from test_lab_support import (
 )
 
 from elmo import ScalarMix, batch_to_ids, load_bilm
-from elmo.chars import token_to_ids
 from elmo.cli.lab import SIZES
 from elmo.lab import LabModels, ReferenceSpec, build_reference
 from elmo.lab.inputs import Limits, tokenize
+from elmo.model.chars import token_to_ids
 
 need_module("starlette")
 need_module("httpx2")

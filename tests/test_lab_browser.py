@@ -168,7 +168,7 @@ def test_every_panel_shows_model_numbers(server, page):
 
     # 2: "bank" taken apart: its character ids, then the norm of layer 1 forward.
     ids = [int(t) for t in page.locator("#p2-chars .char small").all_inner_texts()]
-    from elmo.chars import token_to_ids
+    from elmo.model.chars import token_to_ids
     assert ids == token_to_ids("bank")[:6]
     half = v.shape[2] // 2
     sentence = tokenize(BANK["sentences"][2]["text"])

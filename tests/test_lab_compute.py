@@ -10,15 +10,16 @@ import torch
 from test_lab_support import fixture_files, need_data, write_results, write_test_softmax
 
 from elmo import ScalarMix, load_bilm
-from elmo.chars import token_to_ids
 from elmo.errors import InputError, ModelFileError
 from elmo.lab import corpora
 from elmo.lab.inputs import LabInputError, Limits, sentence_tokens, tokenize
 from elmo.lab.lm_head import LMHead
-from elmo.lab.results import error_reduction, read_results, results_table
+from elmo.lab.results import read_results, results_table
 from elmo.lab.task_models import load_preset, preset_from_mix
 from elmo.lab.trace import char_stages, ngram_text
 from elmo.lab.vectors import cluster_purity, pca_2d, purity, softmax_weights, top_k, unit_rows
+from elmo.model.chars import token_to_ids
+from elmo.tasks.paper import error_reduction
 
 
 def test_top_k_is_cosine_order():

@@ -24,10 +24,10 @@ from elmo.lab.inputs import Limits
 need_module("starlette")
 need_module("uvicorn")
 from elmo.lab import panels_tasks  # noqa: E402
+from elmo.lab import server as lab_server  # noqa: E402
 from elmo.lab.admission import WorkCancelled, _run_with_flag, check_cancelled  # noqa: E402
 from elmo.lab.app import create_app  # noqa: E402
 from elmo.lab.hosts import host_names  # noqa: E402
-from elmo.lab import server as lab_server  # noqa: E402
 from elmo.lab.server import ServerLimits, make_server  # noqa: E402
 
 PATIENCE = 60.0  # seconds to wait for a state the test expects: a hang fails, a slow machine does not

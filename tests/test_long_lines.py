@@ -15,7 +15,7 @@ from conftest import model_flags
 
 from elmo import Embedder
 from elmo.cli import main as cli_main
-from elmo.long_lines import LONG_LINE_WINDOW, embed_in_windows, embed_sentences_windowed
+from elmo.embed.long_lines import LONG_LINE_WINDOW, embed_in_windows, embed_sentences_windowed
 from elmo.models import resolve
 
 ATOL = 1e-6
@@ -78,7 +78,7 @@ def test_short_and_empty_sentences(skip_model, one_thread):
 
 
 def test_long_sentences_go_through_windows_and_the_rest_as_before(skip_model, one_thread, monkeypatch):
-    import elmo.long_lines as long_lines
+    import elmo.embed.long_lines as long_lines
 
     seen = []
     real = long_lines.embed_in_windows
@@ -128,7 +128,7 @@ def write_text(path: Path, lines: list[list[str]]) -> Path:
 @pytest.mark.parametrize("stateful", [False, True])
 def test_embed_routes_a_long_line_through_windows(tmp_path, allennlp_dir, skip_model, one_thread, monkeypatch,
                                                   stateful):
-    import elmo.long_lines as long_lines
+    import elmo.embed.long_lines as long_lines
 
     calls = []
     real = long_lines.embed_in_windows
@@ -151,8 +151,8 @@ def test_embed_routes_a_long_line_through_windows(tmp_path, allennlp_dir, skip_m
 @pytest.mark.parametrize("stateful", [False, True])
 def test_a_line_over_the_token_limit_is_refused_by_number_before_any_work(tmp_path, allennlp_dir, capsys, monkeypatch,
                                                                           stateful):
-    import elmo.embed_corpus as embed_corpus_module
-    import elmo.embed_file as embed_file_module
+    import elmo.embed.corpus as embed_corpus_module
+    import elmo.embed.stream as embed_file_module
 
     for module in (embed_file_module, embed_corpus_module):
         monkeypatch.setattr(module, "embed_lines", lambda *a, **k: pytest.fail("embedding started"))
@@ -170,7 +170,7 @@ def test_a_line_over_the_token_limit_is_refused_by_number_before_any_work(tmp_pa
 
 
 def test_the_default_token_limit_and_bad_limits(tmp_path, allennlp_dir, capsys):
-    from elmo.embed_file import MAX_LINE_TOKENS, LineLimits
+    from elmo.embed.input_file import MAX_LINE_TOKENS, LineLimits
 
     assert LineLimits().max_tokens == MAX_LINE_TOKENS == 100_000
     text = write_text(tmp_path / "in.txt", [["a"] * (MAX_LINE_TOKENS + 1)])
@@ -194,7 +194,7 @@ def test_a_line_over_the_byte_limit_names_the_line_and_the_flag(tmp_path, allenn
 
 
 def test_index_keys_are_bounded_and_unchanged_for_normal_lines():
-    from elmo.embed_file import INDEX_KEY_PREFIX_CHARS, MAX_INDEX_KEY_CHARS, index_key
+    from elmo.embed.output_file import INDEX_KEY_PREFIX_CHARS, MAX_INDEX_KEY_CHARS, index_key
 
     normal = "The cat sat on the mat ."
     assert index_key(normal) == normal and index_key("x" * MAX_INDEX_KEY_CHARS) == "x" * MAX_INDEX_KEY_CHARS
@@ -206,7 +206,7 @@ def test_index_keys_are_bounded_and_unchanged_for_normal_lines():
 
 @pytest.mark.parametrize("stateful", [False, True])
 def test_sentence_to_index_holds_a_bounded_key_per_line(tmp_path, allennlp_dir, monkeypatch, stateful):
-    import elmo.embed_output as embed_output_module
+    import elmo.embed.output_file as embed_output_module
 
     monkeypatch.setattr(embed_output_module, "MAX_INDEX_KEY_CHARS", 100)
     lines = [words(5), words(200, 8), words(6, 9)]

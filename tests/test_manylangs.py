@@ -168,7 +168,7 @@ def test_config_path_that_does_not_resolve(tmp_path):
 
 
 def test_config_path_resolves_as_their_code_does(tmp_path):
-    from elmo.manylangs import SHIPPED_ARCHITECTURE, read_architecture
+    from elmo.formats.manylangs import SHIPPED_ARCHITECTURE, read_architecture
 
     d = broken_copy(tmp_path)
     (d / "config.json").write_text(json.dumps({"config_path": "/somewhere/else/arch.json"}), encoding="utf-8")

@@ -8,7 +8,8 @@ import pytest
 from elmo.cli import build_parser
 from elmo.cli import main as cli_main
 from elmo.errors import InputError, ModelFileError
-from elmo.models import ManyLangsModel, ModelFiles, OriginalModel, TrainingRun, resolve
+from elmo.files.layout import ModelFiles
+from elmo.models import ManyLangsModel, OriginalModel, TrainingRun, resolve
 
 
 def test_resolve_takes_a_name_a_directory_or_a_file_pair(allennlp_dir, tmp_path):

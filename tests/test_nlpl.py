@@ -16,7 +16,7 @@ import torch
 import elmo
 from elmo.cli import main as cli_main
 from elmo.errors import ModelFileError
-from elmo.nlpl import is_model_zip, meta_facts, nlpl_files
+from elmo.formats.nlpl import is_model_zip, meta_facts, nlpl_files
 from elmo.simple_elmo import ElmoModel
 
 META = {"id": 210, "handle": "http://vectors.nlpl.eu/repository/20/210.zip", "dimensions": 32,

@@ -9,10 +9,10 @@ bilm-tf fixture: 1.5e-8 in layer 0, 3.6e-7 in layer 2, on a 2-core AMD EPYC with
 
 import pytest
 import torch
-
 from conftest import make_config
+
 from elmo import BiLM, load_bilm
-from elmo.boundaries import join_directions, reverse_index
+from elmo.model.boundaries import join_directions, reverse_index
 
 
 def _both_paths(bilm: BiLM, ids: torch.Tensor):

@@ -12,11 +12,11 @@ import torch
 from conftest import ALLENNLP, BILM_TF, make_config, need
 
 from elmo import BiLMConfig, Embedder
-from elmo.bilm import BiLM
 from elmo.cli import main
 from elmo.errors import InputError
-from elmo.int8 import token_cosines
-from elmo.onnx_export import export_onnx
+from elmo.formats.onnx_export import export_onnx
+from elmo.model.bilm import BiLM
+from elmo.model.int8 import token_cosines
 
 ort = pytest.importorskip("onnxruntime", reason="the onnx extra: pip install 'elmo-bilm[onnx]'")
 pytest.importorskip("onnx", reason="the onnx extra: pip install 'elmo-bilm[onnx]'")
@@ -158,8 +158,8 @@ def test_a_stateful_bilm_is_refused(tmp_path):
 
 
 def test_a_bilm_loaded_for_int8_only_is_refused(tmp_path):
-    """Its float32 weights were released (elmo.int8): the graph would read empty tensors."""
-    from elmo.int8 import quantize_bilm
+    """Its float32 weights were released (elmo.model.int8): the graph would read empty tensors."""
+    from elmo.model.int8 import quantize_bilm
 
     if "fbgemm" not in torch.backends.quantized.supported_engines:
         pytest.skip("int8 needs torch's fbgemm kernels, absent from this torch build")

@@ -16,17 +16,17 @@ import torch
 from conftest import REPO, make_config, subprocess_env
 
 from elmo import Embedder
-from elmo.bilm import BiLM
-from elmo.chars import batch_to_ids
 from elmo.cli import main
 from elmo.errors import InputError, OutputError
-from elmo.fingerprints import model_fingerprint
+from elmo.formats.fingerprints import model_fingerprint
+from elmo.model.bilm import BiLM
+from elmo.model.chars import batch_to_ids
 
 ort = pytest.importorskip("onnxruntime", reason="the onnx extra: pip install 'elmo-bilm[onnx]'")
 onnx = pytest.importorskip("onnx", reason="the onnx extra: pip install 'elmo-bilm[onnx]'")
 
-from elmo import onnx_files  # noqa: E402  (needs onnx)
-from elmo.onnx_export import export_onnx  # noqa: E402
+from elmo.formats import onnx_files  # noqa: E402  (needs onnx)
+from elmo.formats.onnx_export import export_onnx  # noqa: E402
 
 MANYLANGS = Path(__file__).parent / "fixtures" / "manylangs"
 SENTENCES = [["The", "bank", "raised", "rates", "."], ["Hello"], ["ünïcödé", "x" * 70]]

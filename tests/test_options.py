@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from conftest import MICRO
 
-from elmo.bilm import BiLM
 from elmo.errors import ModelFileError
-from elmo.flops import forward_flops_per_token, train_flops_per_token
-from elmo.manylangs import load_manylangs
-from elmo.options import BiLMConfig, config_int, read_options
+from elmo.formats.manylangs import load_manylangs
+from elmo.model.bilm import BiLM
+from elmo.model.flops import forward_flops_per_token, train_flops_per_token
+from elmo.model.options import BiLMConfig, config_int, read_options
 
 MANYLANGS = Path(__file__).parent / "fixtures" / "manylangs"
 SMALL = {"lstm": {"dim": 8, "projection_dim": 4, "n_layers": 1},

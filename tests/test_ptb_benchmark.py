@@ -65,9 +65,9 @@ def test_kims_initialisation_is_what_the_run_starts_from(tmp_path):
     """`--init kim`: every weight U(-0.05, 0.05) but the fixed ones, as Kim et al.'s main.lua draws them."""
     import torch
 
-    from elmo.chars import PAD_CHAR
+    from elmo.formats.weights import load_bilm
+    from elmo.model.chars import PAD_CHAR
     from elmo.training.softmax import load_softmax
-    from elmo.weights import load_bilm
 
     module = load_script("benchmarks/ptb_char_small.py")
     vocab = tmp_path / "vocab.txt"

@@ -64,7 +64,7 @@ def _task_loaders():
 
 
 def test_no_loader_runs_code_from_a_file(tmp_path):
-    from elmo.manylangs import load_manylangs
+    from elmo.formats.manylangs import load_manylangs
     from elmo.training.checkpoint import load_checkpoint
 
     marker = tmp_path / "ran"
@@ -268,7 +268,7 @@ def _edit_arch(d: Path, section: str, key: str, value) -> None:
 @pytest.mark.parametrize("key,value", [("cell_clip", float("nan")), ("proj_clip", float("nan")),
                                        ("cell_clip", float("inf")), ("proj_clip", -1.0)])
 def test_manylangs_clip_that_is_not_finite_is_refused(tmp_path, key, value):
-    from elmo.manylangs import load_manylangs
+    from elmo.formats.manylangs import load_manylangs
 
     d = manylangs_copy(tmp_path)
     _edit_arch(d, "encoder", key, value)
@@ -280,7 +280,7 @@ def test_non_finite_weights_are_refused_by_every_loader(tmp_path, micro_run):
     import h5py
 
     from elmo import Elmo
-    from elmo.manylangs import load_manylangs
+    from elmo.formats.manylangs import load_manylangs
     from elmo.training.checkpoint import latest_checkpoint, load_checkpoint
     from elmo.training.softmax import load_softmax
 
@@ -358,7 +358,7 @@ def test_float16_export_refuses_values_beyond_its_range_unless_clipped(tmp_path,
 def test_json_output_is_always_json(tmp_path, capsys, monkeypatch, micro_run, one_thread):
     import elmo.training.perplexity as scoring
     from elmo.cli import main
-    from elmo.fileio import json_text
+    from elmo.files.fileio import json_text
 
     assert json.loads(json_text({"a": float("inf"), "b": [float("nan"), 1.5]})) == {"a": None, "b": [None, 1.5]}
     run, _ = micro_run
@@ -396,7 +396,7 @@ def test_perplexity_batch_beyond_memory_is_refused(capsys, micro_run, tmp_path):
     ("token_embedder", "n_highway", 10**5), ("token_embedder", "char_dim", 10**7), ("encoder", "dim", 2.5),
 ])
 def test_manylangs_sizes_beyond_the_files_are_refused_before_allocating(tmp_path, section, key, value):
-    from elmo.manylangs import load_manylangs
+    from elmo.formats.manylangs import load_manylangs
 
     d = manylangs_copy(tmp_path)
     _edit_arch(d, section, key, value)
@@ -460,7 +460,7 @@ def test_resume_names_the_flags_the_user_gave(tmp_path, capsys, micro_run, one_t
 
 def test_a_leading_bom_is_not_part_of_the_first_token(tmp_path):
     from elmo.cli import main
-    from elmo.fileio import iter_lines, open_text
+    from elmo.files.fileio import iter_lines, open_text
 
     corpus = tmp_path / "bom.txt"
     corpus.write_bytes("\ufeffhello world\nhello\n".encode())
@@ -483,8 +483,8 @@ def test_sents2elmo_bad_output_layer_says_what_is_allowed(layer):
 def test_a_damaged_lab_cache_is_rebuilt(tmp_path):
     from conftest import ALLENNLP, need
 
+    from elmo.formats.weights import load_bilm
     from elmo.lab.reference import build_reference
-    from elmo.weights import load_bilm
 
     bilm = load_bilm(need(ALLENNLP) / "options.json", ALLENNLP / "lm_weights.hdf5")
     first = build_reference(bilm, None, cache_dir=tmp_path, log=lambda m: None)
@@ -504,9 +504,9 @@ def micro_model(folder: Path) -> tuple[Path, Path]:
     """options.json + weights.hdf5 of the tests' micro biLM (random weights), written by save_bilm."""
     from conftest import MICRO
 
-    from elmo.bilm import BiLM
-    from elmo.options import BiLMConfig
-    from elmo.weights import save_bilm
+    from elmo.formats.weights import save_bilm
+    from elmo.model.bilm import BiLM
+    from elmo.model.options import BiLMConfig
 
     torch.manual_seed(0)
     options, weights = folder / "options.json", folder / "weights.hdf5"
@@ -545,7 +545,7 @@ BORROWED = {kind: kind for kind in ("external storage", "external link", "virtua
 
 @pytest.mark.parametrize("kind", list(BORROWED))
 def test_weights_that_read_another_file_are_refused(tmp_path, kind):
-    from elmo.weights import load_bilm
+    from elmo.formats.weights import load_bilm
 
     options, weights = micro_model(tmp_path)
     borrow_data(weights, "CNN/b_cnn_0", kind, tmp_path / "passwd")
@@ -586,7 +586,7 @@ def test_feature_and_part_files_that_read_another_file_are_refused(tmp_path, kin
 
 
 def test_an_external_link_in_a_subgroup_is_found(tmp_path):
-    from elmo.weights import load_bilm
+    from elmo.formats.weights import load_bilm
 
     options, weights = micro_model(tmp_path)
     borrow_data(weights, "RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/B", "external link", tmp_path / "other.h5")
@@ -596,7 +596,7 @@ def test_an_external_link_in_a_subgroup_is_found(tmp_path):
 
 def test_shapes_are_compared_before_the_model_is_allocated(tmp_path, monkeypatch):
     """1.5e9 parameters in options.json with a micro weight file: refused, and no real BiLM was built."""
-    import elmo.weights as weights_module
+    import elmo.formats.weights as weights_module
 
     options, weights = micro_model(tmp_path)
     raw = json.loads(options.read_text())
@@ -851,7 +851,7 @@ def embed_args(tmp_path: Path) -> list[str]:
 
 HOLD_OUTPUT = """
 import os, sys, time
-from elmo.fileio import output_lock
+from elmo.files.fileio import output_lock
 with output_lock(sys.argv[1]):
     os.makedirs(sys.argv[1] + ".parts", exist_ok=True)
     open(os.path.join(sys.argv[1] + ".parts", ".lines-000000000000-000000000010.h5.0123abcd.tmp"), "w").close()
@@ -887,8 +887,8 @@ def test_a_second_run_on_a_live_output_refuses_naming_its_process(tmp_path, caps
 
 @pytest.mark.parametrize("stateful", [False, True])
 def test_an_input_edited_during_the_run_is_refused_and_nothing_written(tmp_path, monkeypatch, stateful):
-    import elmo.embed_corpus as parallel
-    import elmo.embed_file as embed_file_module
+    import elmo.embed.corpus as parallel
+    import elmo.embed.stream as embed_file_module
     from elmo.cli import build_parser
     from elmo.cli.embed import run
     from elmo.errors import InputError
@@ -924,14 +924,14 @@ def test_input_that_is_not_utf8_text_is_refused_by_line(tmp_path, capsys, data, 
     text.write_bytes(data)
     out = tmp_path / "out.hdf5"
     _refused(capsys, ["embed", str(text), str(out), *embed_args(tmp_path)], "in.txt, line ")
-    from elmo.fileio import iter_lines
+    from elmo.files.fileio import iter_lines
     with pytest.raises(ElmoError, match=needle):
         list(iter_lines(text))
     assert not out.exists()
 
 
 def test_crlf_still_reads_as_lines(tmp_path):
-    from elmo.fileio import iter_lines
+    from elmo.files.fileio import iter_lines
 
     text = tmp_path / "in.txt"
     text.write_bytes(b"a b\r\nc\r\n")
@@ -955,7 +955,7 @@ def test_broken_compressed_input_is_one_line_naming_the_path(tmp_path, capsys, s
 def test_compressed_input_is_read(tmp_path):
     import bz2
 
-    from elmo.fileio import iter_lines
+    from elmo.files.fileio import iter_lines
 
     path = tmp_path / "in.txt.bz2"
     path.write_bytes(bz2.compress(b"a b\nc\n"))

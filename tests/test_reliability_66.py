@@ -226,14 +226,14 @@ def test_import_of_a_one_dimensional_char_embed_of_the_right_size_writes_nothing
 
 def test_an_import_that_would_not_load_leaves_nothing(tmp_path, monkeypatch):
     """The written folder is loaded as first use loads it before it is renamed into place."""
-    import elmo.weights
+    import elmo.formats.weights
 
     run = bilm_run(tmp_path)
 
     def refuse(*args, **kwargs):
         raise ModelFileError("weights.hdf5: refused at load")
 
-    monkeypatch.setattr(elmo.weights, "load_bilm", refuse)
+    monkeypatch.setattr(elmo.formats.weights, "load_bilm", refuse)
     with pytest.raises(ModelFileError, match="refused at load"):
         import_bilm_checkpoint(BilmCheckpoint(run / BILM_PREFIX, run / "options.json", None), tmp_path / "out")
     assert not (tmp_path / "out").exists() and list(tmp_path.iterdir()) == [run]
@@ -484,7 +484,7 @@ def test_a_malformed_reference_is_refused_by_our_parser(tmp_path, capsys, monkey
     if reference.startswith("https"):
         if "[" not in reference:  # elmo.models.download_reference splits it before our parser (reported in #66)
             commands.append(["download", reference])
-    elif "\x00" not in reference:  # a NUL in --options is refused by elmo.fileio (#67's), not here
+    elif "\x00" not in reference:  # a NUL in --options is refused by elmo.files.fileio (#67's), not here
         commands.append(["embed", str(tmp_path / "in.txt"), str(tmp_path / "o.hdf5"), "--options",
                          reference + "/options.json", "--weights", reference + "/weights.hdf5"])
     for argv in commands:
@@ -679,7 +679,7 @@ def test_the_budget_is_what_the_declared_architecture_needs(tmp_path, allennlp_d
     import zipfile
 
     from elmo.hub.archives import MAX_BYTES, _Member, model_budget
-    from elmo.options import read_options
+    from elmo.model.options import read_options
 
     options = json.loads((allennlp_dir / "options.json").read_text())
 
@@ -840,7 +840,7 @@ def test_load_state_dict_refuses_values_of_the_wrong_type(fixture_elmo, change, 
 
 def test_the_0_9_embedder_and_simple_elmo_name_a_bad_batch(allennlp_dir, tmp_path):
     import elmo
-    from elmo.allennlp09_embedder import ElmoEmbedder
+    from elmo.allennlp.elmo_embedder import ElmoEmbedder
     from elmo.simple_elmo import ElmoModel
 
     embedder = ElmoEmbedder(str(allennlp_dir / "options.json"), str(allennlp_dir / "lm_weights.hdf5"))
@@ -918,7 +918,7 @@ def test_the_embedder_names_sentences_and_layers_that_are_not_lists(allennlp_dir
 
 def test_66_nul_in_a_path_argument_is_one_line():
     """#66: a NUL in a path given to a command's output check (`os.path.realpath` raised a bare ValueError)."""
-    from elmo.fileio import check_not_input
+    from elmo.files.output_paths import check_not_input
 
     with pytest.raises(InputError, match=r"--options: 'a\\x00b' holds a NUL character"):
         check_not_input("out.hdf5", {"--options": "a\x00b"})

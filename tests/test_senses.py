@@ -110,9 +110,9 @@ def test_margin_on_hand_made_vectors():
 def test_sense_margins_reads_the_target_token_of_each_sentence(one_thread):
     """Through a real (random-weight) biLM: layer 0 is context-free, so the same word gives margin 0;
     a wrong position would pick other words and break that."""
-    from elmo.embedder import Embedder
+    from elmo.embed.embedder import Embedder
+    from elmo.formats.weights import load_bilm
     from elmo.models import resolve
-    from elmo.weights import load_bilm
 
     torch.manual_seed(0)
     embedder = Embedder(load_bilm(resolve("default").original_files().options_file, None))
@@ -133,10 +133,10 @@ def test_sense_margins_reads_the_target_token_of_each_sentence(one_thread):
 def test_lab_examples_read_each_preset_word_in_its_own_sentences(one_thread):
     """scripts/sense_check.py --lab-examples: one line per preset word and layer; layer 0 gives the same
     vector in every sentence (distance 0), the LSTM layers do not."""
-    from elmo.embedder import Embedder
+    from elmo.embed.embedder import Embedder
+    from elmo.formats.weights import load_bilm
     from elmo.lab.examples import AMBIGUOUS
     from elmo.models import resolve
-    from elmo.weights import load_bilm
 
     script = load_script("scripts/sense_check.py")
     torch.manual_seed(0)

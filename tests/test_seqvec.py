@@ -24,7 +24,7 @@ import elmo
 import elmo.models
 from elmo.cli import main
 from elmo.errors import DownloadError
-from elmo.fileio import hash_file
+from elmo.files.fileio import hash_file
 from elmo.hub.catalog import RemoteFile, find_published
 from elmo.proteins import WARMUP_SEQUENCE, SeqVecEmbedder, write_random_model
 

@@ -18,7 +18,7 @@ httpx = pytest.importorskip("httpx")
 
 from elmo.cli import build_parser, main  # noqa: E402
 from elmo.cli.serve import api_keys, served_name, warn_if_open  # noqa: E402
-from elmo.embed_file import OutputSpec  # noqa: E402
+from elmo.embed.output_file import OutputSpec
 from elmo.serve import worker  # noqa: E402
 from elmo.serve.api import ServeLimits  # noqa: E402
 from elmo.serve.app import create_app  # noqa: E402

@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
-import shutil
 import tempfile
 import threading
 import time
@@ -26,7 +26,7 @@ pytest.importorskip("starlette", reason="the serve extra: pip install 'elmo-bilm
 pytest.importorskip("prometheus_client", reason="the serve extra: pip install 'elmo-bilm[serve]'")
 httpx = pytest.importorskip("httpx")
 
-from elmo.embed_file import OutputSpec  # noqa: E402
+from elmo.embed.output_file import OutputSpec
 
 LINES = ["The bank raised interest rates .", "We sat on the bank of the river .", "one", "Stocks fell sharply .",
          "A b c d e f g h", "Rates rose again today"]

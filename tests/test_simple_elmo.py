@@ -17,9 +17,9 @@ import torch
 
 from elmo import Embedder
 from elmo.errors import InputError, ModelFileError
+from elmo.formats.lm_vocab import Vocab
 from elmo.simple_elmo import ElmoModel
 from elmo.training.softmax import Softmax, save_softmax
-from elmo.training.vocab import Vocab
 
 FIXTURE_TOL = dict(atol=1e-6, rtol=1e-5)  # the fixtures' own tolerance (their README)
 

@@ -16,7 +16,6 @@ import srsly  # noqa: E402
 
 from elmo.errors import ModelFileError  # noqa: E402
 
-
 PROCESSES_SCRIPT = r"""
 import json, sys, warnings
 import numpy as np, spacy, torch

@@ -21,7 +21,7 @@ from spacy.tokens import Doc, DocBin  # noqa: E402
 import elmo  # noqa: E402
 from elmo.errors import InputError, ModelFileError  # noqa: E402
 from elmo.integrations.spacy_layers import MIX_NAME, elmo_embed, elmo_mix, layer_weights  # noqa: E402
-from elmo.scalar_mix import ScalarMix  # noqa: E402
+from elmo.model.scalar_mix import ScalarMix  # noqa: E402
 
 SENTENCES = [["The", "bank", "raised", "rates", "."], ["She", "sat", "on", "the", "river", "bank", "."], ["Hi"]]
 

@@ -21,7 +21,7 @@ from elmo.integrations import common  # noqa: E402
 from elmo.integrations.spacy import ELMoComponent  # noqa: E402
 from elmo.integrations.spacy_files import bilm_files, holds_float16, unpack_files  # noqa: E402
 from elmo.integrations.spacy_layers import elmo_embed, elmo_mix  # noqa: E402
-from elmo.threads import usable_cpus  # noqa: E402
+from elmo.model.threads import usable_cpus  # noqa: E402
 
 WORDS = ["The", "bank", "raised", "rates", "."]
 

@@ -9,11 +9,11 @@ import sys
 
 import pytest
 import torch
-
 from conftest import ALLENNLP, BILM_TF, micro_options, need, subprocess_env
+
 from elmo import BiLM
-from elmo.options import BiLMConfig
-from elmo.weights import dataset_map
+from elmo.formats.weights import dataset_map
+from elmo.model.options import BiLMConfig
 
 PROBE = """
 import json, sys

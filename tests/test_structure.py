@@ -101,60 +101,107 @@ def test_an_import_for_annotations_only_is_an_arrow(tmp_path, monkeypatch):
 
 def test_no_import_cycle_in_the_package():
     graph = import_graph()
-    assert "elmo.models" in graph and "elmo.manylangs" in graph["elmo.models"]  # the walk sees imports
+    assert "elmo.models" in graph and "elmo.formats.manylangs" in graph["elmo.models"]  # the walk sees imports
     assert cycles(graph) == []
 
 
-# The layers, bottom up (README "Layout"): the core (every module directly under src/elmo: file layout,
-# characters, options, the biLM, weights, Elmo, the Embedder, embedding files, ...); `elmo.hub`, which
-# fetches files and knows nothing above the core; the one model resolver `elmo.models`, which turns every
-# reference into local files (through the hub) and a model; training, tasks, lab and the command line.
-UPPER_PACKAGES = ("training", "tasks", "lab", "serve", "hub", "cli")
-ABOVE_THE_CORE = {
-    "elmo.models": "the resolver: the core's one door to the hub",
-    "elmo.__main__": "`python -m elmo`, the command line",
-    "elmo.simple_elmo": "simple_elmo's API, whose LM scoring reads the softmax and vocabulary of training/",
-    "elmo.tfhub": "TF-Hub's Module API, which resolves handles and module folders through the resolver",
+# The folders, bottom up (docs/layout.md), and what each may import besides itself. A module directly under
+# src/elmo is its own "folder" (errors, models, the drop-in faces tfhub and simple_elmo); "elmo" is the package
+# face (src/elmo/__init__.py); elmo_char_ids is the torch-free character-id package beside elmo.
+_FILES = {"errors", "files"}
+_MODEL = _FILES | {"model", "elmo_char_ids"}
+_FORMATS = _MODEL | {"formats"}
+_HUB = _FORMATS | {"hub"}
+_RESOLVER = _HUB | {"tf", "models"}
+_EMBED = _RESOLVER | {"embed"}
+MAY_IMPORT: dict[str, set[str]] = {
+    "elmo_char_ids": set(),
+    "errors": set(),
+    "files": {"errors"},
+    "model": _FILES | {"elmo_char_ids"},
+    "formats": _MODEL,
+    "hub": _FORMATS,
+    "tf": _HUB,
+    "models": _HUB | {"tf"},
+    "embed": _RESOLVER,
+    "allennlp": _EMBED,
+    "elmo": _EMBED | {"allennlp"},
+    "tfhub": _RESOLVER,
+    "training": _EMBED,
+    "simple_elmo": _EMBED | {"training"},
+    "tasks": _EMBED,
+    "lab": _EMBED | {"tasks", "training"},
+    "serve": _EMBED | {"elmo", "lab"},
+    "proteins": _EMBED | {"allennlp"},
+    "integrations": _EMBED | {"allennlp", "proteins"},
+    "cli": set(),  # filled below: the command line may import everything but `python -m elmo`
+    "__main__": {"cli"},
 }
+MAY_IMPORT["cli"] = set(MAY_IMPORT) - {"cli", "__main__"}
+ROOT_MODULES = {"__init__", "__main__", "errors", "models", "tfhub", "simple_elmo"}  # all else lives in a folder
+NEW_FOLDERS = ("files", "model", "formats", "embed", "allennlp")  # their __init__ is a docstring and nothing else
 
 
-def _package(module: str) -> str:
-    return module.split(".")[1] if module.count(".") else ""
+def folder(module: str) -> str:
+    """`elmo.model.bilm` -> "model", `elmo.models` -> "models", `elmo` -> "elmo", `elmo_char_ids` -> itself."""
+    parts = module.split(".")
+    return parts[0] if len(parts) == 1 else parts[1]
 
 
-def is_core(module: str) -> bool:
-    """A module directly under src/elmo, not a subpackage's __init__ and not one named above the core."""
-    subpackage = (SRC / module.replace(".", "/") / "__init__.py").is_file()
-    return module.count(".") == 1 and not subpackage and module not in ABOVE_THE_CORE
-
-
-def layer_violations(graph: dict[str, set[str]]) -> list[str]:
-    """Imports that look up: the core into training/tasks/lab/hub/cli, the hub into training/tasks/lab/cli
-    or the resolver, the TensorFlow reader (tf/) into training/tasks/lab/cli."""
+def folder_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Imports from one folder into another that its rule does not name (an arrow that looks up or sideways)."""
     found = []
     for module, imports in sorted(graph.items()):
+        here = folder(module)
         for imported in sorted(imports):
-            up = _package(imported)
-            core_looks_up = is_core(module) and up in UPPER_PACKAGES
-            hub_looks_up = _package(module) == "hub" and (up in ("training", "tasks", "lab", "cli") or imported == "elmo.models")
-            tf_looks_up = _package(module) == "tf" and up in ("training", "tasks", "lab", "cli")
-            if core_looks_up or hub_looks_up or tf_looks_up:
+            there = folder(imported)
+            if there != here and there not in MAY_IMPORT.get(here, set()):
                 found.append(f"{module} imports {imported}")
     return found
 
 
-def test_the_layer_check_finds_an_import_that_looks_up():
-    graph = {"elmo.weights": {"elmo.hub"}, "elmo.hub.fetch": {"elmo.training.data"}, "elmo.hub.x": {"elmo.models"},
-             "elmo.models": {"elmo.hub", "elmo.weights"}, "elmo.cli.hub": {"elmo.hub.cache"},
-             "elmo.tasks.x": {"elmo.hub"}, "elmo.embedder": {"elmo.models"},
-             "elmo.tf.bilm_import": {"elmo.training.vocab", "elmo.lm_vocab"}}
-    assert layer_violations(graph) == ["elmo.hub.fetch imports elmo.training.data", "elmo.hub.x imports elmo.models",
-                                       "elmo.tf.bilm_import imports elmo.training.vocab",
-                                       "elmo.weights imports elmo.hub"]
+def test_the_folder_check_finds_an_import_that_looks_up():
+    graph = {"elmo.formats.weights": {"elmo.hub.cache", "elmo.model.bilm"}, "elmo.hub.fetch": {"elmo.training.data"},
+             "elmo.hub.x": {"elmo.models"}, "elmo.models": {"elmo.hub", "elmo.formats.weights"},
+             "elmo.cli.hub": {"elmo.hub.cache"}, "elmo.tasks.x": {"elmo.hub"}, "elmo.embed.embedder": {"elmo.models"},
+             "elmo.tf.bilm_import": {"elmo.training.vocab", "elmo.formats.lm_vocab"}, "elmo.files.fileio": {"elmo"},
+             "elmo_char_ids": {"elmo.model.chars"}, "elmo.lab.app": {"elmo.serve.app"}}
+    assert folder_violations(graph) == [
+        "elmo.files.fileio imports elmo", "elmo.formats.weights imports elmo.hub.cache",
+        "elmo.hub.fetch imports elmo.training.data", "elmo.hub.x imports elmo.models",
+        "elmo.lab.app imports elmo.serve.app", "elmo.tf.bilm_import imports elmo.training.vocab",
+        "elmo_char_ids imports elmo.model.chars"]
 
 
-def test_layers_only_look_down():
-    assert layer_violations(import_graph()) == []
+def test_every_folder_has_a_rule_and_the_rules_draw_no_circle():
+    folders = {folder(m) for m in import_graph()}
+    assert folders == set(MAY_IMPORT)
+    assert cycles({f: {g for g in allowed if g != f} for f, allowed in MAY_IMPORT.items()}) == []
+
+
+def test_imports_between_folders_follow_the_rules():
+    assert folder_violations(import_graph()) == []
+
+
+def test_only_the_face_errors_the_resolver_and_the_drop_in_faces_sit_at_the_root():
+    root = {p.stem for p in (SRC / "elmo").glob("*.py")}
+    assert root == ROOT_MODULES
+
+
+def test_each_folder_says_what_it_is_for_and_what_it_may_import():
+    """Every subpackage's docstring ends with "May import: ..." naming exactly its rule; the new folders' __init__
+    holds that docstring and nothing else (importing elmo.model must not import the biLM)."""
+    for init in sorted((SRC / "elmo").glob("*/__init__.py")):
+        name = init.parent.name
+        tree = ast.parse(init.read_text(encoding="utf-8"))
+        doc = ast.get_docstring(tree) or ""
+        assert "May import:" in doc, f"{init.relative_to(REPO)}: no 'May import:' line in its docstring"
+        said = doc.rpartition("May import:")[2].strip().rstrip(".")
+        named = set() if said == "nothing of elmo" else {n.strip().removeprefix("elmo.") for n in said.split(",")}
+        named = {"elmo" if n == "the package face" else n for n in named}
+        assert named == MAY_IMPORT[name], f"{init.relative_to(REPO)} says {sorted(named)}, the rule is {sorted(MAY_IMPORT[name])}"
+        if name in NEW_FOLDERS:
+            assert len(tree.body) == 1, f"{init.relative_to(REPO)}: a docstring-only __init__ expected"
 
 
 def test_import_elmo_loads_no_training_or_hub_downloads():
@@ -199,20 +246,20 @@ def test_no_module_in_src_over_450_lines():
 
 
 def test_the_input_of_elmo_embed_has_one_home():
-    """INPUT's path, state, line limits and lines live in elmo.embed_input; the embedding modules go down to it and
+    """INPUT's path, state, line limits and lines live in elmo.embed.input_file; the embedding modules go down to it and
     take none of it from each other (once, a run entered embed_file.py 9 times for pieces of its input)."""
     graph = import_graph()
-    assert "elmo.embed_input" in graph["elmo.embed_file"] and "elmo.embed_input" in graph["elmo.embed_corpus"]
-    assert graph["elmo.embed_input"].isdisjoint({"elmo.embed_file", "elmo.embed_corpus"})
+    assert "elmo.embed.input_file" in graph["elmo.embed.stream"] and "elmo.embed.input_file" in graph["elmo.embed.corpus"]
+    assert graph["elmo.embed.input_file"].isdisjoint({"elmo.embed.stream", "elmo.embed.corpus"})
 
 
 def test_the_output_of_elmo_embed_has_one_home_below_both_writers():
-    """What a line's dataset holds, the checks on OUTPUT and the sentence keys live in elmo.embed_output, below both
+    """What a line's dataset holds, the checks on OUTPUT and the sentence keys live in elmo.embed.output_file, below both
     writers: embed_corpus goes down to it (and to embed_input, long_lines) and never up into embed_file, so its
     input, followed through the code, only goes down (once, embed_corpus reached into embed_file for them)."""
     graph = import_graph()
-    assert {"elmo.embed_output", "elmo.embed_input", "elmo.long_lines"} <= graph["elmo.embed_corpus"]
-    assert "elmo.embed_output" in graph["elmo.embed_file"]
-    assert "elmo.embed_file" not in graph["elmo.embed_corpus"]
-    below = {"elmo.embed_output", "elmo.embed_input", "elmo.long_lines"}
-    assert all(graph[m].isdisjoint({"elmo.embed_file", "elmo.embed_corpus"}) for m in below)
+    assert {"elmo.embed.output_file", "elmo.embed.input_file", "elmo.embed.long_lines"} <= graph["elmo.embed.corpus"]
+    assert "elmo.embed.output_file" in graph["elmo.embed.stream"]
+    assert "elmo.embed.stream" not in graph["elmo.embed.corpus"]
+    below = {"elmo.embed.output_file", "elmo.embed.input_file", "elmo.embed.long_lines"}
+    assert all(graph[m].isdisjoint({"elmo.embed.stream", "elmo.embed.corpus"}) for m in below)

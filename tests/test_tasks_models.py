@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from elmo.chars import batch_to_ids
+from elmo.model.chars import batch_to_ids
 from elmo.tasks.crf import bio_constraints
 from elmo.tasks.layers import ModelConfig, TaskBatch
 from elmo.tasks.train import build_model

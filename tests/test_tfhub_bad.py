@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("google_crc32c", reason="the `tf` extra (google-crc32c) is not installed")
 
-import elmo.tf.hub_module as hub_module  # noqa: E402
+import elmo.tf.hub_import as hub_module  # noqa: E402
 from elmo.cli import main  # noqa: E402
 from elmo.errors import InputError, ModelFileError  # noqa: E402
 from elmo.tf.checkpoint import TFCheckpoint  # noqa: E402

@@ -14,7 +14,7 @@ from hub_server import serve
 
 pytest.importorskip("google_crc32c", reason="the `tf` extra (google-crc32c) is not installed")
 
-import elmo.hub.tfhub as tfhub  # noqa: E402
+import elmo.tf.hub_handles as tfhub  # noqa: E402
 from elmo.cli import main  # noqa: E402
 from elmo.hub.catalog import find_published  # noqa: E402
 from elmo.tfhub import Module  # noqa: E402

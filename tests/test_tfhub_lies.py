@@ -20,15 +20,16 @@ import pytest
 
 pytest.importorskip("google_crc32c", reason="the `tf` extra (google-crc32c) is not installed")
 
-import elmo.hub.tfhub as tfhub  # noqa: E402
-import elmo.tf.hub_module as hub_module  # noqa: E402
+from tf_index import entry_of, read_items, write_table  # noqa: E402
+
+import elmo.tf.hub_handles as tfhub  # noqa: E402
+import elmo.tf.hub_import as hub_module  # noqa: E402
 from elmo.cli import main  # noqa: E402
 from elmo.errors import InputError, ModelFileError  # noqa: E402
 from elmo.hub.archives import MAX_MEMBERS  # noqa: E402
 from elmo.tf.checkpoint import TFCheckpoint  # noqa: E402
 from elmo.tf.table import crc32c_library, mask_crc  # noqa: E402
 from elmo.tfhub import Module  # noqa: E402
-from tf_index import entry_of, read_items, write_table  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "tfhub"
 ARCHIVE = DATA / "fixture-module.tar.gz"

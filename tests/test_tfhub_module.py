@@ -21,7 +21,7 @@ pytest.importorskip("google_crc32c", reason="the `tf` extra (google-crc32c) is n
 
 from make_tfhub_references import MIX_FIXTURE, SECOND_CALL, SENTENCES, TOKEN_LENGTHS, TOKENS  # noqa: E402
 
-from elmo.tf.hub_module import MIX_NAME, PUBLISHED_SETTINGS, read_hub_module, read_mix, write_original  # noqa: E402
+from elmo.tf.hub_import import MIX_NAME, PUBLISHED_SETTINGS, read_hub_module, read_mix, write_original  # noqa: E402
 from elmo.tfhub import OUTPUTS, Module  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "tfhub"

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from make_tfhub_references import ORIGINAL_OPTIONS, SENTENCES, TOKEN_LENGTHS, TOKENS, original_weights, weights_sha256
 
-from elmo.tf.hub_module import MIX_NAME
+from elmo.tf.hub_import import MIX_NAME
 from elmo.tfhub import OUTPUTS, Module
 
 DATA = Path(__file__).parent / "data" / "tfhub"

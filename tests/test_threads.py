@@ -1,4 +1,4 @@
-"""elmo.threads: the CPUs a process may use (affinity, cgroup quota), the default thread count, and the waiting
+"""elmo.model.threads: the CPUs a process may use (affinity, cgroup quota), the default thread count, and the waiting
 policy set before torch loads (docs/performance.md#threads-on-shared-cores)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import sys
 import pytest
 import torch
 
-from elmo import threads
 from elmo.errors import InputError
+from elmo.model import threads
 
 
 def cgroup(tmp_path, v2: str | None = None, v1: tuple[str, str] | None = None):
@@ -54,7 +54,7 @@ def test_usable_cpus_follows_affinity(tmp_path):
     if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs Linux and 2 CPUs to narrow the affinity")
     code = ("import os, sys; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
-            "from elmo.threads import usable_cpus; from pathlib import Path; print(usable_cpus(Path(sys.argv[1])))")
+            "from elmo.model.threads import usable_cpus; from pathlib import Path; print(usable_cpus(Path(sys.argv[1])))")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "1"
 
@@ -90,7 +90,7 @@ def test_import_order_decides_the_policy(order, policy, passive):
     """`import elmo` first sets the passive policy before torch loads; torch first keeps OpenMP's spinning, and
     then the default is one thread."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "LOCAL_WORLD_SIZE")}
-    code = (f"import os, {order}; from elmo.threads import default_threads, usable_cpus; "
+    code = (f"import os, {order}; from elmo.model.threads import default_threads, usable_cpus; "
             "print(os.environ.get('OMP_WAIT_POLICY'), default_threads(), usable_cpus())")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     found, default, cpus = out.stdout.split()

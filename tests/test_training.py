@@ -12,12 +12,13 @@ import pytest
 import torch
 from conftest import BILM_TF, MICRO, need
 
-from elmo.bilm import BiLM
-from elmo.chars import PAD_CHAR
 from elmo.cli import main as cli_main
-from elmo.devices import cpu_has_bf16
 from elmo.errors import InputError, ModelFileError
-from elmo.options import BiLMConfig
+from elmo.formats.lm_vocab import Vocab, write_vocab
+from elmo.model.bilm import BiLM
+from elmo.model.chars import PAD_CHAR
+from elmo.model.devices import cpu_has_bf16
+from elmo.model.options import BiLMConfig
 from elmo.training import TrainingError
 from elmo.training.checkpoint import list_checkpoints, load_checkpoint
 from elmo.training.data import (
@@ -31,9 +32,10 @@ from elmo.training.data import (
 )
 from elmo.training.model import LanguageModel, kim_initialise_
 from elmo.training.presets import preset_options
+from elmo.training.settings import TrainSettings
 from elmo.training.softmax import LogUniformSampler, Sample, Softmax, softmax_nll
-from elmo.training.trainer import TrainSettings, train
-from elmo.training.vocab import Vocab, build_vocab, write_vocab
+from elmo.training.trainer import train
+from elmo.training.vocab import build_vocab
 
 pytestmark = pytest.mark.usefixtures("keep_threads")
 
@@ -542,7 +544,7 @@ def test_bf16_training_is_refused_on_a_cpu_without_native_bf16(tmp_path, fixture
 
 def test_lstm_under_autocast_keeps_its_cell_state_in_float32():
     """bfloat16 products, float32 cell state: the state a bf16 run carries is never rounded to 8 bits."""
-    from elmo.bilm import LstmLayer
+    from elmo.model.bilm import LstmLayer
     config = BiLMConfig.from_options(MICRO)
     layer = LstmLayer(8, config)
     x = torch.randn(3, 5, 8)

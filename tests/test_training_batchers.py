@@ -7,9 +7,9 @@ import inspect
 
 import pytest
 
+from elmo.formats.lm_vocab import Vocab
 from elmo.training import batchers, corpus, data
 from elmo.training.batchers import BATCHINGS, Batch, Batcher, make_batcher
-from elmo.training.vocab import Vocab
 
 LINES = ["the cat sat on the mat", "a dog ran far", "", "we saw it", "the dog saw a cat", "it ran"]
 BATCHER_CLASSES = (batchers.SentenceBatcher, batchers.StreamBatcher, batchers.OrderedBatcher, batchers.DocumentBatcher)

@@ -21,9 +21,11 @@ import pytest
 import torch
 from conftest import BILM_TF, DATA, MICRO_RUN, need, subprocess_env
 
-from elmo.chars import batch_to_ids
 from elmo.cli import main as cli_main
 from elmo.errors import ModelFileError
+from elmo.formats.lm_vocab import Vocab
+from elmo.formats.weights import dataset_map, load_bilm
+from elmo.model.chars import batch_to_ids
 from elmo.training import trainer
 from elmo.training.checkpoint import (
     latest_checkpoint,
@@ -34,10 +36,8 @@ from elmo.training.data import Batch, SentenceSource, StreamBatcher, expand_corp
 from elmo.training.export import load_run
 from elmo.training.model import detach_states
 from elmo.training.perplexity import perplexity
-from elmo.training.settings import RunConfig
-from elmo.training.trainer import TrainSettings, _build_model, _make_optimizer, train
-from elmo.training.vocab import Vocab
-from elmo.weights import dataset_map, load_bilm
+from elmo.training.settings import RunConfig, TrainSettings
+from elmo.training.trainer import _build_model, _make_optimizer, train
 
 ELMO = Path(sys.executable).parent / "elmo"  # the console script of this environment
 

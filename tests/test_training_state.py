@@ -11,7 +11,8 @@ from conftest import BILM_TF, MICRO, need
 
 from elmo.cli import main as cli_main
 from elmo.errors import InputError
-from elmo.options import BiLMConfig
+from elmo.formats.lm_vocab import Vocab
+from elmo.model.options import BiLMConfig
 from elmo.training import TrainingError
 from elmo.training.checkpoint import CHECKPOINT_FIELDS, load_checkpoint, save_checkpoint
 from elmo.training.data import SentenceSource, StreamBatcher
@@ -20,7 +21,6 @@ from elmo.training.settings import RUN_KEYS, RunConfig, read_run_file
 from elmo.training.softmax import LogUniformSampler
 from elmo.training.state import TrainingState
 from elmo.training.trainer import StepRecipe, train_step
-from elmo.training.vocab import Vocab
 
 # run.json as `elmo train` wrote it before RunConfig existed (the order of its keys included)
 STORED = {"optimizer": "sgd", "batching": "stream", "seed": 3, "first_layer_dropout": False, "freeze": ["bilm.*.W_P_0"],

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from elmo import ModelFileError, batch_to_ids, load_bilm, save_bilm
-from elmo.weights import dataset_map
+from elmo.formats.weights import dataset_map
 
 SENTENCES = [["The", "cat", "sat", "."], ["Hello", "world"], []]
 

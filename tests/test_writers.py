@@ -1,6 +1,6 @@
 """Every `elmo` command that writes refuses, in one line and before any work, with or without --overwrite:
 its own input, a FIFO, a device node, a directory where a file goes (a file where a folder goes) and
-control characters in the path (elmo.output_paths, the one rule; docs/reliability.md, fifth round).
+control characters in the path (elmo.files.output_paths, the one rule; docs/reliability.md, fifth round).
 
 The commands are found in the CLI's own parser: an argument is an output when its name is output/out/save
 or its help says "write" or "output"; every command with one must have a case below, so a new writing

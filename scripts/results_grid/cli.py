@@ -10,7 +10,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from elmo.fileio import atomic_path
+from elmo.files.fileio import atomic_path
 from elmo.tasks.paper import aggregate_runs
 
 from . import __doc__ as USAGE  # the package's docstring is the command's --help

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from elmo.fileio import atomic_path
+from elmo.files.fileio import atomic_path
 
 from .curves import first_rate_fits
 from .grid import FRACTIONS, Grid

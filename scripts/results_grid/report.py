@@ -7,7 +7,7 @@ import shlex
 import statistics
 from pathlib import Path
 
-from elmo.fileio import hash_file
+from elmo.files.fileio import hash_file
 from elmo.tasks.paper import PROBES
 
 from .arms import arm_comparisons_section, domain_tuning_section

@@ -11,7 +11,6 @@ from elmo.tasks.paper import error_reduction
 from .grid import FRACTIONS, REPO, Grid
 from .stats import describe_gain, paired_gain, scores
 
-
 # Why we think +ELMo falls behind on a task, shown only for the tasks where it does.
 TASK_WHY = {
     "sst5": "SST-5 is sentence-level sentiment from 8,544 training sentences: the seed-to-seed spread (about one "

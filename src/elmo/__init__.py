@@ -1,26 +1,27 @@
 """ELMo (Peters et al., NAACL 2018) in plain PyTorch: the exact biLM and the original model files."""
 
-# First, before anything loads torch: OpenMP reads its waiting policy once, when torch loads (elmo.threads).
-from . import threads  # noqa: F401  (isort: skip)
-from .bilm import (
+# First, before anything loads torch: OpenMP reads its waiting policy once, when torch loads (elmo.model.threads).
+from elmo.model import threads  # noqa: F401  (isort: skip)
+from elmo.allennlp.elmo_embedder import ElmoEmbedder
+from elmo.allennlp.elmo_module import Elmo
+from elmo.embed.embedder import Embedder
+from elmo.files.layout import ModelFiles
+from elmo.formats.manylangs import load_manylangs
+from elmo.formats.weights import save_bilm
+from elmo.model.bilm import (
     BiLM,
     BiLMOutput,
     CharEncoder,
     LstmLayer,
     LstmStack,
-    add_sentence_boundaries,
-    remove_sentence_boundaries,
 )
-from .chars import batch_to_ids
-from .elmo_module import Elmo
-from .embedder import Embedder
+from elmo.model.boundaries import add_sentence_boundaries, remove_sentence_boundaries
+from elmo.model.chars import batch_to_ids
+from elmo.model.options import BiLMConfig, read_options
+from elmo.model.scalar_mix import ScalarMix
+
 from .errors import ElmoError, InputError, ModelFileError
-from .allennlp09_embedder import ElmoEmbedder
-from .manylangs import load_manylangs
-from .models import ModelFiles, load_bilm, load_model  # load_bilm: elmo.weights.load_bilm, with URLs too
-from .options import BiLMConfig, read_options
-from .scalar_mix import ScalarMix
-from .weights import save_bilm
+from .models import load_bilm, load_model  # load_bilm: elmo.formats.weights.load_bilm, with URLs too
 
 __all__ = [
     "BiLM", "BiLMOutput", "BiLMConfig", "CharEncoder", "Elmo", "ElmoEmbedder", "ElmoError", "Embedder", "InputError", "LstmLayer",

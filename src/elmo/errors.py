@@ -14,7 +14,7 @@ and also the builtin a Python user would catch for the same trouble, so `except 
                                          errors are OSErrors
     OfflineError           ConnectionError (and DownloadError): the network may not be used and no cache has it
     TrainingError          RuntimeError  training cannot go on (elmo.training)
-    Int8Unavailable        RuntimeError  no trusted int8 kernel on this CPU or torch build (elmo.int8)
+    Int8Unavailable        RuntimeError  no trusted int8 kernel on this CPU or torch build (elmo.model.int8)
 
 Code that catches a builtin around calls into the package re-raises `ElmoError` first, so an error that
 already names the file is never wrapped twice. A wrong Python type handed to the low-level

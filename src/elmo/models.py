@@ -27,13 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .bilm import BiLM
-from .errors import InputError, ModelFileError, ModelFileNotFound
-from .fileio import check_file
-from .hub import find_published, is_url, local_path
-from .hub.references import shown
-from .int8 import quantize_bilm
-from .layout import (
+from elmo.files.fileio import check_file
+from elmo.files.layout import (
     OPTIONS_NAME,
     SOFTMAX_NAME,
     VOCAB_NAME,
@@ -42,10 +37,16 @@ from .layout import (
     is_manylangs_dir,
     is_training_run,
 )
-from .manylangs import load_manylangs
-from .nlpl import is_model_zip, nlpl_files
-from .options import BiLMConfig
-from .weights import load_bilm as load_local_bilm
+from elmo.formats.manylangs import load_manylangs
+from elmo.formats.nlpl import is_model_zip, nlpl_files
+from elmo.formats.weights import load_bilm as load_local_bilm
+from elmo.hub.references import shown
+from elmo.model.bilm import BiLM
+from elmo.model.int8 import quantize_bilm
+from elmo.model.options import BiLMConfig
+
+from .errors import InputError, ModelFileError, ModelFileNotFound
+from .hub import find_published, is_url, local_path
 
 BUNDLED_DIR = Path(__file__).parent / "bundled"
 DEFAULT_MODEL = "default"
@@ -66,7 +67,7 @@ class Model:
         raise NotImplementedError
 
     def load_int8(self, stateful: bool = False) -> BiLM:
-        """The biLM for int8 inference, holding int8 weights only (`elmo.int8`). Formats read one part
+        """The biLM for int8 inference, holding int8 weights only (`elmo.model.int8`). Formats read one part
         at a time override this so that the float32 model is never held whole."""
         bilm = self.load(stateful=stateful)
         quantize_bilm(bilm, keep_float32=False)
@@ -106,7 +107,7 @@ class OriginalModel(Model):
 
 @dataclass(frozen=True)
 class ManyLangsModel(Model):
-    """An ELMoForManyLangs directory (src/elmo/manylangs.py): loads as a biLM with its own lexicon."""
+    """An ELMoForManyLangs directory (src/elmo/formats/manylangs.py): loads as a biLM with its own lexicon."""
 
     directory: Path
     name: str
@@ -153,15 +154,15 @@ def _original_dir(text: str) -> Model | None:
 def _bilm_tf_checkpoint(text: str) -> Model | None:
     """A bilm-tf run directory (options.json + `checkpoint`, the newest taken) or a TensorFlow checkpoint prefix,
     imported once into the cache with its softmax (src/elmo/tf/reference.py)."""
-    from .tf.reference import imported_model_dir, is_bilm_tf_reference
+    from elmo.tf.reference import imported_model_dir, is_bilm_tf_reference
 
     return Model.from_path(imported_model_dir(text), name=text) if is_bilm_tf_reference(text) else None
 
 
 def _tfhub_module(text: str) -> Model | None:
     """A TF-Hub module folder (TF1 Hub format: saved_model.pb + variables/), imported once into the cache in the
-    original format with its layer mix beside (src/elmo/tf/hub_module.py)."""
-    from .tf.hub_module import imported_module_dir, is_hub_module
+    original format with its layer mix beside (src/elmo/tf/hub_import.py)."""
+    from elmo.tf.hub_import import imported_module_dir, is_hub_module
 
     return Model.from_path(imported_module_dir(text), name=text) if is_hub_module(text) else None
 
@@ -183,7 +184,7 @@ def _local_zip(text: str) -> Fetched | None:
     """A local .zip holding a model (NLPL's downloads), unpacked once into the cache (src/elmo/hub/nlpl_zip.py)."""
     if not is_model_zip(text):
         return None
-    from .hub.nlpl_zip import unpacked_zip
+    from elmo.hub.nlpl_zip import unpacked_zip
 
     return unpacked_zip(text)
 
@@ -193,15 +194,15 @@ def _published(text: str) -> Fetched | None:
     published = find_published(text)
     if published is None:
         return None
-    if published.format == "tfhub":  # a TF-Hub module: TF-Hub's cache, ours, or downloaded (src/elmo/hub/tfhub.py)
-        from .hub.tfhub import fetch_tfhub_module, parse_handle
+    if published.format == "tfhub":  # a TF-Hub module: TF-Hub's cache, ours, or downloaded (src/elmo/tf/hub_handles.py)
+        from elmo.tf.hub_handles import fetch_tfhub_module, parse_handle
 
         return fetch_tfhub_module(parse_handle(published.archive.url))
     if published.checkpoint_files:  # a bilm-tf checkpoint with its softmax: fetched, then imported once
-        from .tf.reference import fetch_published_checkpoint
+        from elmo.tf.reference import fetch_published_checkpoint
 
         return fetch_published_checkpoint(dict(published.checkpoint_files))
-    from .hub.published import fetch_published
+    from elmo.hub.published import fetch_published
 
     return fetch_published(published)
 
@@ -210,15 +211,15 @@ def _archive_url(text: str) -> Fetched | None:
     """The URL of an archive (.zip, .tar.gz, .tar.xz, .tar.bz2) holding one model directory, in either format."""
     if not is_url(text):
         return None
-    from .hub.published import fetch_model_url
+    from elmo.hub.published import fetch_model_url
 
     return fetch_model_url(text)
 
 
 def _tfhub(text: str) -> Fetched | None:
     """A TF-Hub handle (https://tfhub.dev/google/elmo/3, Kaggle Models' forms) or a local module .tar.gz: the module
-    folder from TF-Hub's cache, ours, or downloaded (src/elmo/hub/tfhub.py); tried before _archive_url."""
-    from .hub.tfhub import fetch_tfhub_module, is_module_archive, parse_handle, unpacked_module_archive
+    folder from TF-Hub's cache, ours, or downloaded (src/elmo/tf/hub_handles.py); tried before _archive_url."""
+    from elmo.tf.hub_handles import fetch_tfhub_module, is_module_archive, parse_handle, unpacked_module_archive
 
     if is_module_archive(text):
         return unpacked_module_archive(text)
@@ -229,7 +230,7 @@ def _tfhub(text: str) -> Fetched | None:
 def _huggingface(text: str) -> Fetched | None:
     """hf://OWNER/REPO[@REVISION][/PATH]: a model folder in a Hugging Face Hub repository, through huggingface_hub's
     cache (src/elmo/hub/huggingface.py); tried before _archive_url, which would take it for a URL."""
-    from .hub.huggingface import hf_model_dir, is_hf_reference
+    from elmo.hub.huggingface import hf_model_dir, is_hf_reference
 
     return hf_model_dir(text) if is_hf_reference(text) else None
 
@@ -311,7 +312,7 @@ def local_file(path_or_url: str | os.PathLike) -> str | os.PathLike:
     """One model file: a path as it is, a URL or an hf:// file reference fetched (from a cache or downloaded) and
     its local path."""
     if isinstance(path_or_url, str) and path_or_url.startswith("hf://"):
-        from .hub.huggingface import hf_file
+        from elmo.hub.huggingface import hf_file
 
         return hf_file(path_or_url)
     return local_path(path_or_url)
@@ -319,7 +320,7 @@ def local_file(path_or_url: str | os.PathLike) -> str | os.PathLike:
 
 def load_bilm(options_file: str | os.PathLike | BiLMConfig, weight_file: str | os.PathLike | None,
               stateful: bool = False, int8: bool = False) -> BiLM:
-    """`elmo.load_bilm`: `elmo.weights.load_bilm` (which reads local files only) with URLs taken too."""
+    """`elmo.load_bilm`: `elmo.formats.weights.load_bilm` (which reads local files only) with URLs taken too."""
     if not isinstance(options_file, BiLMConfig):
         options_file = local_file(options_file)
     return load_local_bilm(options_file, None if weight_file is None else local_file(weight_file), stateful=stateful,
@@ -329,10 +330,9 @@ def load_bilm(options_file: str | os.PathLike | BiLMConfig, weight_file: str | o
 def download_reference(reference: str) -> list[Path]:
     """`elmo download`: a published model or a URL (of a model archive, or of one file) into the cache;
     the local paths, without loading anything."""
-    from .hub.archives import is_archive_name
-    from .hub.tfhub import parse_handle
-
-    from .hub.fetch import check_url, fetch
+    from elmo.hub.archives import is_archive_name
+    from elmo.hub.fetch import check_url, fetch
+    from elmo.tf.hub_handles import parse_handle
 
     if is_url(reference) and reference.lower().startswith(("http://", "https://")):
         check_url(reference)  # before urlsplit's own ValueError (e.g. an unclosed [IPv6 host)

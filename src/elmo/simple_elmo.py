@@ -27,11 +27,12 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import torch
 
-from .embedder import Embedder, check_batch_size
+from elmo.embed.embedder import Embedder, check_batch_size
+from elmo.formats.lm_vocab import Vocab
+from elmo.training.softmax import load_softmax
+
 from .errors import InputError, ModelFileError
 from .models import Model, resolve
-from .training.softmax import load_softmax
-from .training.vocab import Vocab
 
 LAYER_MODES = ("average", "top", "all")
 LOADED = "The model is now loaded."  # what simple_elmo's load returns

@@ -28,11 +28,13 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from .bilm import BiLM, remove_sentence_boundaries
-from .chars import MAX_CHARS, batch_to_ids
+from elmo.model.bilm import BiLM
+from elmo.model.boundaries import remove_sentence_boundaries
+from elmo.model.chars import MAX_CHARS, batch_to_ids
+from elmo.model.row_states import RowStates
+from elmo.model.scalar_mix import ScalarMix
+
 from .errors import InputError, ModelFileError
-from .row_states import RowStates
-from .scalar_mix import ScalarMix
 
 SIGNATURES = ("default", "tokens")
 OUTPUTS = ("word_emb", "lstm_outputs1", "lstm_outputs2", "elmo", "default")
@@ -44,9 +46,10 @@ class Module:
 
     def __init__(self, spec: str | os.PathLike, trainable: bool = False, name: str | None = None,
                  stateful: bool = False, default_pooling: str | None = None) -> None:
-        from .hub.tfhub import parse_handle
+        from elmo.tf.hub_handles import parse_handle
+        from elmo.tf.hub_import import read_mix
+
         from .models import OriginalModel, resolve
-        from .tf.hub_module import read_mix
 
         model = resolve(os.fspath(spec))
         mix = read_mix(model.files.options_file.parent) if isinstance(model, OriginalModel) else None

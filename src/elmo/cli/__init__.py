@@ -1,6 +1,10 @@
 """The `elmo` command: a thin layer that parses arguments and calls the library.
 
 Each command group lives in its own module with a `register(subparsers)` function.
+
+May import: elmo.allennlp, the package face, elmo_char_ids, elmo.embed, elmo.errors, elmo.files, elmo.formats,
+elmo.hub, elmo.integrations, elmo.lab, elmo.model, elmo.models, elmo.proteins, elmo.serve, elmo.simple_elmo,
+elmo.tasks, elmo.tf, elmo.tfhub, elmo.training.
 """
 
 from __future__ import annotations
@@ -12,8 +16,8 @@ import os
 import sys
 from typing import TypeVar
 
-from .. import __version__
-from ..errors import ElmoError
+from elmo import __version__
+from elmo.errors import ElmoError
 
 T = TypeVar("T")
 # One module per command group, each with register(subparsers); add new groups here.

@@ -6,17 +6,20 @@ import argparse
 import os
 import sys
 
-from ..devices import check_device, rank_device
-from ..documents import CONTEXTS
-from ..embed_file import (COMPRESSIONS, DTYPES, MAX_LINE_TOKENS, POOLS, LineLimits, OutputSpec, check_input,
-                          check_output, embed_file, parse_layers)
-from ..embed_corpus import Ranks, embed_corpus
-from ..embedder import Embedder, check_batch_size, check_int8_choice
-from ..errors import InputError
-from ..fileio import MAX_LINE_BYTES, check_not_input
-from ..long_lines import LONG_LINE_WINDOW
-from ..models import default_model_name, resolve
-from ..threads import check_threads
+from elmo.embed.corpus import Ranks, embed_corpus
+from elmo.embed.documents import CONTEXTS
+from elmo.embed.embedder import Embedder, check_batch_size, check_int8_choice
+from elmo.embed.input_file import MAX_LINE_TOKENS, LineLimits, check_input
+from elmo.embed.long_lines import LONG_LINE_WINDOW
+from elmo.embed.output_file import COMPRESSIONS, DTYPES, POOLS, OutputSpec, check_output, parse_layers
+from elmo.embed.stream import embed_file
+from elmo.errors import InputError
+from elmo.files.output_paths import check_not_input
+from elmo.files.text_lines import MAX_LINE_BYTES
+from elmo.model.devices import check_device, rank_device
+from elmo.model.threads import check_threads
+from elmo.models import default_model_name, resolve
+
 from . import add_model_flags
 
 

@@ -7,12 +7,11 @@ import json
 import os
 import sys
 
-from ..embed_file import DTYPES, POOLS, OutputSpec, parse_layers
-from ..embedder import check_batch_size
-from ..errors import InputError
-from ..fileio import MAX_LINE_BYTES
-from ..threads import check_threads
-from . import add_model_flags
+from elmo.embed.embedder import check_batch_size
+from elmo.embed.output_file import DTYPES, POOLS, OutputSpec, parse_layers
+from elmo.errors import InputError
+from elmo.files.text_lines import MAX_LINE_BYTES
+from elmo.model.threads import check_threads
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -60,11 +59,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..fileio import check_not_input
+    from elmo.files.output_paths import check_not_input
 
     check_not_input(args.output, {"INPUT": args.input}, flag="OUTPUT", folder=True)  # the writers' one rule, first
     try:
-        from ..integrations.ray_dataset import DatasetSettings, embed_dataset, local_only
+        from elmo.integrations.ray_dataset import DatasetSettings, embed_dataset, local_only
 
         if args.address is None:
             local_only()

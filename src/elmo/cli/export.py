@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from ..training.export import export_run
+    from elmo.training.export import export_run
 
     files = export_run(args.run_dir, args.output, args.checkpoint, args.softmax_float16, args.overwrite, float16=args.float16,
                        clip_float16=args.clip_float16)

@@ -8,7 +8,7 @@ import importlib.util
 import os
 import sys
 
-from ..errors import InputError
+from elmo.errors import InputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,9 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..fileio import check_not_input
-    from ..models import resolve
-    from ..onnx_export import export_onnx
+    from elmo.files.output_paths import check_not_input
+    from elmo.formats.onnx_export import export_onnx
+    from elmo.models import resolve
 
     model_files = [args.model, glob.escape(args.model) + ".*"]  # a folder, a file, a checkpoint's prefix
     for path in (args.output, args.output + ".data"):  # the graph, and its tensors past 2 GB

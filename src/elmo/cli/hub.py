@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..hub.catalog import published_models
-from ..models import bundled_models
+from elmo.hub.catalog import published_models
+from elmo.models import bundled_models
 
 COLUMNS = ("name", "dim", "corpus", "download", "licence", "cached")
 
@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def model_rows() -> list[dict]:
-    from ..hub.published import cache_status
+    from elmo.hub.published import cache_status
 
     rows = [{"name": name, "aliases": [], "format": "allennlp", "vector_size": _bundled_vector_size(name),
              "corpus": "bundled with this package", "licence": "Apache-2.0", "download_size": 0, "cached": "bundled",
@@ -46,15 +46,15 @@ def model_rows() -> list[dict]:
 
 def _nlpl_facts(m, cached: str) -> dict:
     """An NLPL model's language and tokens/lemmas, and, once it is cached, its meta.json's facts."""
-    from ..hub.nlpl_zip import cached_meta_facts
+    from elmo.hub.nlpl_zip import cached_meta_facts
 
     return {"language": m.language, "preprocessing": m.preprocessing,
             "meta": cached_meta_facts(m.archive.url) if cached else {}}
 
 
 def _bundled_vector_size(name: str) -> int:
-    from ..models import BUNDLED_DIR
-    from ..options import read_options
+    from elmo.model.options import read_options
+    from elmo.models import BUNDLED_DIR
 
     return 2 * read_options(BUNDLED_DIR / name / "options.json").projection_dim
 
@@ -85,12 +85,12 @@ def run_models(args: argparse.Namespace) -> int:
 
 
 def run_download(args: argparse.Namespace) -> int:
-    from ..hub.cache import cache_root
-    from ..models import download_reference
+    from elmo.files.layout import cache_root
+    from elmo.models import download_reference
 
     for reference in args.models:
         if args.force:
-            from ..hub.download import forget_reference
+            from elmo.hub.download import forget_reference
 
             forget_reference(reference)
         for path in download_reference(reference):

@@ -27,9 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def hub_module_folder(reference: str):
     """The local folder of a TF-Hub module reference (folder, handle, catalog name), or None (archives: run_import_tf)."""
-    from ..hub import find_published
-    from ..hub.tfhub import fetch_tfhub_module, parse_handle
-    from ..tf.hub_module import is_hub_module
+    from elmo.hub import find_published
+    from elmo.tf.hub_handles import fetch_tfhub_module, parse_handle
+    from elmo.tf.hub_import import is_hub_module
 
     published = find_published(reference)
     handle = parse_handle(published.archive.url if published is not None and published.format == "tfhub" else reference)
@@ -41,8 +41,8 @@ def hub_module_folder(reference: str):
 def run_import_module(args: argparse.Namespace, folder, source: str | None = None) -> int:
     """OUT from a module folder; it is loaded before it is renamed into place (write_original), so "wrote" means
     it loads."""
-    from ..errors import InputError
-    from ..tf.hub_module import MIX_NAME, read_hub_module, write_original
+    from elmo.errors import InputError
+    from elmo.tf.hub_import import MIX_NAME, read_hub_module, write_original
 
     if args.options or args.vocab:
         raise InputError("--options and --vocab are for bilm-tf checkpoints; a TF-Hub module carries its architecture")
@@ -56,10 +56,10 @@ def run_import_module(args: argparse.Namespace, folder, source: str | None = Non
 def run_import_tf(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ..errors import ModelFileError
-    from ..fileio import check_not_input
-    from ..hub.tfhub import archive_error, extracted_module_archive, is_module_archive
-    from ..tf.bilm_import import find_bilm_checkpoint, import_bilm_checkpoint
+    from elmo.errors import ModelFileError
+    from elmo.files.output_paths import check_not_input
+    from elmo.tf.bilm_import import find_bilm_checkpoint, import_bilm_checkpoint
+    from elmo.tf.hub_handles import archive_error, extracted_module_archive, is_module_archive
 
     sources = [args.checkpoint, glob.escape(args.checkpoint) + "*"]  # a folder, a file, a checkpoint's prefix
     check_not_input(args.output, {"CKPT_PREFIX|MODULE": sources, "--options": args.options, "--vocab": args.vocab},

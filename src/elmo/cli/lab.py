@@ -9,7 +9,8 @@ import sys
 import threading
 import webbrowser
 
-from ..errors import InputError
+from elmo.errors import InputError
+
 from . import add_model_flags
 
 SIZES = {"small": (40, 150, 4), "default": (150, 400, 12), "large": (600, 1200, 30)}
@@ -96,15 +97,15 @@ def can_show_browser() -> bool:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        from ..lab.admission import release_freed_memory
-        from ..lab.app import create_app
-        from ..lab.hosts import host_names
-        from ..lab.server import ServerLimits, serve
+        from elmo.lab.admission import release_freed_memory
+        from elmo.lab.app import create_app
+        from elmo.lab.hosts import host_names
+        from elmo.lab.server import ServerLimits, serve
     except ImportError as e:
         raise InputError(f"elmo lab needs its web extra ({e.name} is missing): pip install 'elmo-bilm[lab]'") from e
-    from ..lab import LabModels, ReferenceSpec, build_reference
-    from ..lab.corpora import find_data_dir
-    from ..lab.inputs import Limits
+    from elmo.lab import LabModels, ReferenceSpec, build_reference
+    from elmo.lab.corpora import find_data_dir
+    from elmo.lab.inputs import Limits
 
     if not 0 < args.header_timeout <= 3600:
         raise InputError(f"--header-timeout {args.header_timeout:g}: must be above 0 and at most 3600 seconds")

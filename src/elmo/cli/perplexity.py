@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from ..devices import check_device
-from ..errors import InputError
-from ..fileio import json_text
-from ..training.perplexity import PERPLEXITY_MODES
+from elmo.errors import InputError
+from elmo.files.fileio import json_text
+from elmo.model.devices import check_device
+from elmo.training.perplexity import PERPLEXITY_MODES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,8 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_perplexity(args: argparse.Namespace) -> int:
     import torch
 
-    from ..training.perplexity import load_for_scoring, perplexity, scored_tokens
-    from ..training.settings import MAX_TOKENS_PER_STEP
+    from elmo.training.perplexity import load_for_scoring, perplexity, scored_tokens
+    from elmo.training.settings import MAX_TOKENS_PER_STEP
 
     if args.batch_size <= 0 or args.unroll_steps <= 0:
         raise InputError("--batch-size and --unroll-steps must be positive")

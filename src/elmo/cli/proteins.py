@@ -38,11 +38,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_embed_proteins(args: argparse.Namespace) -> int:
-    from ..models import resolve
-    from ..proteins.pipeline import embed_fasta
-    from ..proteins.seqvec import SeqVecEmbedder
-    from ..fileio import check_not_input
-    from ..threads import set_threads
+    from elmo.files.output_paths import check_not_input
+    from elmo.model.threads import set_threads
+    from elmo.models import resolve
+    from elmo.proteins.pipeline import embed_fasta
+    from elmo.proteins.seqvec import SeqVecEmbedder
 
     check_not_input(args.out, {"FASTA": args.fasta, "--options": args.options, "--weights": args.weights},
                     flag="OUT", folder=True)

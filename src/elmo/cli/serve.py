@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..errors import InputError
-from ..output_paths import CONTROL_CHARACTERS
+from elmo.errors import InputError
+from elmo.files.output_paths import CONTROL_CHARACTERS
+
 from . import add_model_flags
 from .lab import bind, positive
 
@@ -88,8 +89,8 @@ def check_text(value: str | None, flag: str) -> None:
 
 def check_args(args: argparse.Namespace) -> tuple[int, ...] | None:
     """What argparse's types do not check, before the model loads."""
-    from ..embed_file import parse_layers
-    from ..threads import usable_cpus
+    from elmo.embed.output_file import parse_layers
+    from elmo.model.threads import usable_cpus
 
     for flag in ("host", "name", "model", "options", "weights", "api_key", "layers"):
         check_text(getattr(args, flag), "--" + flag.replace("_", "-"))
@@ -159,7 +160,7 @@ def served_name(args: argparse.Namespace) -> str:
 
 
 def warn_if_open(host: str, keys: tuple[bytes, ...]) -> None:
-    from ..lab.hosts import LOOPBACK
+    from elmo.lab.hosts import LOOPBACK
 
     if not keys and host.strip("[]").lower() not in LOOPBACK and not host.startswith("127."):
         print(f"elmo serve: warning: --host {host} without --api-key: anyone who can reach this address can use the "
@@ -182,24 +183,24 @@ def setup_logs(access: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        from ..lab.hosts import host_names
-        from ..lab.server import ServerLimits
-        from ..serve.api import ModelShape, ServeLimits
-        from ..serve.app import create_app
-        from ..serve.http import make_server
-        from ..serve.pool import ProcessRunner
+        from elmo.lab.hosts import host_names
+        from elmo.lab.server import ServerLimits
+        from elmo.serve.api import ModelShape, ServeLimits
+        from elmo.serve.app import create_app
+        from elmo.serve.http import make_server
+        from elmo.serve.pool import ProcessRunner
     except ImportError as e:
         raise InputError(f"elmo serve needs its extra ({e.name} is missing): pip install 'elmo-bilm[serve]'") from e
-    from ..embed_file import OutputSpec
-    from ..embedder import check_int8_choice
-    from ..models import resolve
+    from elmo.embed.embedder import check_int8_choice
+    from elmo.embed.output_file import OutputSpec
+    from elmo.models import resolve
 
     layers = check_args(args)
     hosts = host_names(args.host, args.allowed_host)
     keys = api_keys(args.api_key)
     check_int8_choice(args.int8, "cpu", False)
     if args.int8:
-        from ..int8 import check_kernel
+        from elmo.model.int8 import check_kernel
 
         check_kernel()  # here, as one clear line, rather than as a worker that failed to start
     model = resolve(args.model, args.options, args.weights)  # downloads once, here; the workers get local files

@@ -8,10 +8,11 @@ import os
 
 import torch
 
-from ..devices import check_device
-from ..documents import CONTEXTS
-from ..errors import InputError, InputFileNotFound
-from ..fileio import check_not_input
+from elmo.embed.documents import CONTEXTS
+from elmo.errors import InputError, InputFileNotFound
+from elmo.files.output_paths import check_not_input
+from elmo.model.devices import check_device
+
 from . import add_model_flags, settings_from_args
 
 
@@ -31,7 +32,7 @@ def _add_context_arg(p: argparse.ArgumentParser, data: str) -> None:
 
 
 def _elmo_spec(args, allow_none: bool):
-    from ..tasks.features import ElmoSpec
+    from elmo.tasks.features import ElmoSpec
     if args.model is None and args.options is None and args.weights is None:
         raise InputError("--model MODEL" + ("|none" if allow_none else "") + " is required (or --options/--weights)")
     if args.model == "none":
@@ -58,7 +59,7 @@ def _setup(args) -> None:
 
 
 def _write(args, metrics: dict) -> None:
-    from ..tasks.metrics import write_json
+    from elmo.tasks.metrics import write_json
     if args.out:
         write_json(args.out, metrics)
     print(json.dumps({k: metrics[k] for k in ("dev", "test") if k in metrics}, indent=1))
@@ -141,7 +142,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_train(args) -> int:
-    from ..tasks.train import TrainOptions, run_task
+    from elmo.tasks.train import TrainOptions, run_task
     _setup(args)
     check_device(args.device, "--device")
     static = None if args.static in (None, "none") else args.static
@@ -153,7 +154,7 @@ def run_train(args) -> int:
 
 
 def run_probe_pos(args) -> int:
-    from ..tasks.probes import pos_probe
+    from elmo.tasks.probes import pos_probe
     _setup(args)
     _write(args, pos_probe(_elmo_spec(args, False), args.layer, args.train, args.test, dev=args.dev,
                            cache_dir=args.cache_dir, epochs=args.epochs, lr=args.lr, seed=args.seed, limit=args.limit,
@@ -162,7 +163,7 @@ def run_probe_pos(args) -> int:
 
 
 def run_probe_wsd(args) -> int:
-    from ..tasks.probes import wsd_probe
+    from elmo.tasks.probes import wsd_probe
     _setup(args)
     _write(args, wsd_probe(_elmo_spec(args, False), args.layer, args.train_xml, args.train_keys, args.test_xml,
                            args.test_keys, args.wordnet, cache_dir=args.cache_dir, limit=args.limit))
@@ -170,7 +171,7 @@ def run_probe_wsd(args) -> int:
 
 
 def run_static(args) -> int:
-    from ..tasks.static import Corpus, train_word2vec
+    from elmo.tasks.static import Corpus, train_word2vec
     check_not_input(args.output, {"CORPUS": args.corpus}, "--output")
     n = train_word2vec(Corpus(args.corpus, args.max_sentences), args.output, dim=args.dim, window=args.window,
                        min_count=args.min_count, epochs=args.epochs, skipgram=not args.cbow, workers=args.workers,

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..options import read_options
-from ..training.data import BATCHINGS
-from ..training.presets import PRESETS
-from ..training.settings import FINETUNE_DEFAULTS, LR_DEFAULTS, OBJECTIVES, WEIGHT_INITS
+from elmo.model.options import read_options
+from elmo.training.data import BATCHINGS
+from elmo.training.presets import PRESETS
+from elmo.training.settings import FINETUNE_DEFAULTS, LR_DEFAULTS, OBJECTIVES, WEIGHT_INITS
+
 from . import settings_from_args
 
 
@@ -90,8 +91,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from ..training.presets import preset_options
-    from ..training.trainer import TrainSettings, train
+    from elmo.training.presets import preset_options
+    from elmo.training.settings import TrainSettings
+    from elmo.training.trainer import train
 
     options = None
     if args.preset:
@@ -104,7 +106,7 @@ def run_train(args: argparse.Namespace) -> int:
         print(f"step {summary['step']}: loss {summary['loss']:.4f}, ppl {summary['ppl']:.2f}; checkpoint {summary['checkpoint']}",
               file=sys.stderr)
     if summary.get("valid"):
-        from ..training.heldout import summary_lines
+        from elmo.training.heldout import summary_lines
 
         for line in summary_lines(summary["valid"]):
             print(line, file=sys.stderr)

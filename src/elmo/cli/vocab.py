@@ -18,8 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_vocab(args: argparse.Namespace) -> int:
-    from ..fileio import check_not_input
-    from ..training.vocab import build_vocab, count_tokens, write_vocab
+    from elmo.files.output_paths import check_not_input
+    from elmo.formats.lm_vocab import write_vocab
+    from elmo.training.vocab import build_vocab, count_tokens
 
     check_not_input(args.output, {"CORPUS": args.corpus}, flag="--output")
     counts = count_tokens(args.corpus, progress=sys.stderr.isatty())

@@ -3,6 +3,8 @@
 Submodules: catalog (the models as data), cache (where files live), download (one HTTP download),
 fetch (cache -> AllenNLP's cache -> network), allennlp_cache, archives, published (model references).
 Only the catalog is imported here, so `import elmo` does not import the HTTP stack.
+
+May import: elmo_char_ids, elmo.errors, elmo.files, elmo.formats, elmo.model.
 """
 
 from __future__ import annotations

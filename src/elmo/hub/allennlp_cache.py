@@ -15,7 +15,8 @@ import os
 import re
 from pathlib import Path
 
-from ..fileio import hash_file
+from elmo.files.fileio import hash_file
+
 from .catalog import known_file, url_spellings
 
 SKIPPED_SUFFIXES = (".json", ".lock", ".tmp", "-extracted")

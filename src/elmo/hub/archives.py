@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import IO, NamedTuple
 
-from ..errors import ModelFileError
+from elmo.errors import ModelFileError
 
 MAX_BYTES = 8 << 30  # far above any published ELMo model, far below a full disk
 MAX_MEMBERS = 10_000
@@ -171,8 +171,8 @@ def model_budget(archive: Path, members: list[_Member]) -> int:
     softmax (when the archive has one) for the stated vocabulary, and OTHER_FILES_BYTES; read before anything is
     unpacked, so a small archive that inflates past its model is refused. Without options.json (an
     ELMoForManyLangs archive) the general MAX_BYTES."""
-    from ..layout import OPTIONS_NAME, SOFTMAX_NAME
-    from ..options import BiLMConfig
+    from elmo.files.layout import OPTIONS_NAME, SOFTMAX_NAME
+    from elmo.model.options import BiLMConfig
 
     options = sorted((m for m in members if not m.is_dir and PurePosixPath(m.name).name == OPTIONS_NAME),
                      key=lambda m: len(PurePosixPath(m.name).parts))
@@ -202,10 +202,10 @@ def model_budget(archive: Path, members: list[_Member]) -> int:
 def check_model_loads(model_dir: Path, source: str) -> None:
     """The unpacked model loads as it will at first use (options, weights and their shapes, every value finite);
     a ModelFileError naming `source` otherwise, so that the caller removes what it unpacked."""
-    from ..errors import ElmoError
-    from ..layout import OPTIONS_NAME, WEIGHTS_NAME, is_manylangs_dir, nlpl_weights
-    from ..manylangs import load_manylangs
-    from ..weights import load_bilm
+    from elmo.errors import ElmoError
+    from elmo.files.layout import OPTIONS_NAME, WEIGHTS_NAME, is_manylangs_dir, nlpl_weights
+    from elmo.formats.manylangs import load_manylangs
+    from elmo.formats.weights import load_bilm
 
     try:
         if (model_dir / WEIGHTS_NAME).is_file():

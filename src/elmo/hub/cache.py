@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from ..errors import ModelFileError
-from ..fileio import atomic_path, hash_file
-from ..layout import CACHE_ENV, cache_root  # noqa: F401  (their home is the core's layout: int8 stores use it too)
+from elmo.errors import ModelFileError
+from elmo.files.fileio import atomic_path, hash_file
+from elmo.files.layout import cache_root
+
 from .catalog import canonical_url
 
 OFFLINE_ENV = "ELMO_OFFLINE"

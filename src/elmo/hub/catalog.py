@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..errors import ModelFileError
+from elmo.errors import ModelFileError
 
 CATALOG_FILE = Path(__file__).with_name("catalog.json")
 

@@ -29,8 +29,9 @@ import urllib3
 from filelock import FileLock, Timeout
 from tqdm import tqdm
 
-from ..errors import DownloadError, ElmoError, ModelFileError
-from ..fileio import atomic_path, hash_file
+from elmo.errors import DownloadError, ElmoError, ModelFileError
+from elmo.files.fileio import atomic_path, hash_file
+
 from .archives import ARCHIVE_SUFFIXES, extract_archive
 from .cache import CacheEntry
 from .catalog import RemoteFile
@@ -203,7 +204,7 @@ def content_problem(path: Path, name: str) -> str | None:
 
 
 def _hdf5_problem(path: Path, name: str) -> str | None:
-    from ..hdf5_files import open_hdf5
+    from elmo.files.hdf5_files import open_hdf5
 
     try:
         with open_hdf5(path, name) as f:

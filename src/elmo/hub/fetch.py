@@ -11,9 +11,11 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..errors import DownloadError, ModelFileError, OfflineError
+from elmo.errors import DownloadError, ModelFileError, OfflineError
+from elmo.files.layout import cache_root
+
 from .allennlp_cache import allennlp_cache_dirs, find_in_allennlp_cache
-from .cache import OFFLINE_ENV, CacheEntry, cache_root, offline
+from .cache import OFFLINE_ENV, CacheEntry, offline
 from .catalog import RemoteFile, known_file
 from .download import content_problem, download, entry_lock, file_name_of
 from .references import check_reference_text, check_segments, shown

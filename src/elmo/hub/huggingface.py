@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
-from ..errors import DownloadError, ModelFileError, ModelFileNotFound, OfflineError
+from elmo.errors import DownloadError, ModelFileError, ModelFileNotFound, OfflineError
+
 from .references import check_reference_text, check_segments, control_character, shown
 
 SCHEME = "hf://"

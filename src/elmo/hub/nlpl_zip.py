@@ -4,7 +4,7 @@ The copy lives in `$ELMO_CACHE/local/zip-<key>/extracted`, keyed by the zip's re
 of the zip's size, modification time and sha256 (source.json): a zip touched but unchanged keeps its copy, a changed
 one replaces it (one copy per zip, however often it changes), and the original is never touched. The unpacked
 bytes are bounded by what the model its options.json declares can take (archives.model_budget), and a copy whose
-model does not load is removed. The model is the one model folder in it (elmo.layout.model_dir_in).
+model does not load is removed. The model is the one model folder in it (elmo.files.layout.model_dir_in).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from ..fileio import atomic_path, hash_file
-from ..layout import model_dir_in
-from ..nlpl import meta_facts, nlpl_files
+from elmo.files.fileio import atomic_path, hash_file
+from elmo.files.layout import cache_root, model_dir_in
+from elmo.formats.nlpl import meta_facts, nlpl_files
+
 from .archives import check_model_loads, extract_archive, model_budget
-from .cache import cache_root
 
 LOCAL_DIR = "local"
 RECORD = "source.json"

@@ -2,7 +2,7 @@
 
 Returns plain paths (an (options, weights) pair or a model directory) so that the one model
 resolver (elmo.models) decides what they are; nothing here loads a model, and only elmo.models calls
-these (model directories are recognised by elmo.layout).
+these (model directories are recognised by elmo.files.layout).
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import shutil
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..errors import ModelFileError
-from ..layout import model_dir_in
+from elmo.errors import ModelFileError
+from elmo.files.layout import model_dir_in
+
 from .allennlp_cache import find_in_allennlp_cache
 from .archives import ARCHIVE_SUFFIXES, check_model_loads, is_archive_name, model_budget
 from .cache import CacheEntry

@@ -8,7 +8,7 @@ from __future__ import annotations
 import unicodedata
 from urllib.parse import unquote
 
-from ..errors import ModelFileError
+from elmo.errors import ModelFileError
 
 SHOWN_CHARACTERS = 300  # a reference longer than this is cut in messages
 

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 
 import torch
 
-from ..bilm import BiLM
-from ..errors import InputError, ModelFileError
-from ..hub.catalog import is_url, published_models
-from ..models import Model, bundled_models, resolve
-from ..threads import check_threads, set_threads, usable_cpus
+from elmo.errors import InputError, ModelFileError
+from elmo.hub.catalog import is_url, published_models
+from elmo.model.bilm import BiLM
+from elmo.model.threads import check_threads, set_threads, usable_cpus
+from elmo.models import Model, bundled_models, resolve
 
 REFERENCE_PREFIXES = ("hf://",)
 
@@ -89,7 +89,7 @@ def check_threads_setting(threads: object, where: str) -> int | None:
 
 def use_threads(threads: int | None) -> int:
     """Before each biLM pass: torch's intra-op threads as the setting asks, never more than the CPUs this process
-    may use (affinity, cgroup quota: `elmo.threads.usable_cpus`; None asks for all of them). In a process forked
+    may use (affinity, cgroup quota: `elmo.model.threads.usable_cpus`; None asks for all of them). In a process forked
     after this module loaded (spaCy's `nlp.pipe(n_process=N)`, a preforking server) always one: the OpenMP pool
     belongs to the parent and a forked child that enters it waits forever (and N workers on N cores want one each).
     Returns the count set."""

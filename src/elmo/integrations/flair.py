@@ -33,14 +33,22 @@ from flair.data import Sentence
 from flair.embeddings import TokenEmbeddings
 from flair.embeddings.base import register_embeddings
 
-from ..bilm import BiLM
-from ..chars import N_CODES
-from ..errors import InputError, ModelFileError
-from ..fingerprints import model_fingerprint
-from ..models import Model
-from ..options import BiLMConfig
-from .common import (DEFAULT_THREADS, check_reference, check_threads_setting, layers_in_batch, parameter_device,
-                     resolve_reference, use_threads)
+from elmo.errors import InputError, ModelFileError
+from elmo.formats.fingerprints import model_fingerprint
+from elmo.model.bilm import BiLM
+from elmo.model.chars import N_CODES
+from elmo.model.options import BiLMConfig
+from elmo.models import Model
+
+from .common import (
+    DEFAULT_THREADS,
+    check_reference,
+    check_threads_setting,
+    layers_in_batch,
+    parameter_device,
+    resolve_reference,
+    use_threads,
+)
 
 EMBEDDING_MODES = ("all", "top", "average")
 SAVE_CHOICES = ("weights", "reference")
@@ -123,7 +131,7 @@ class ELMoEmbeddings(TokenEmbeddings):
 
     @property
     def fingerprint(self) -> str:
-        """sha256 of the biLM's architecture and weights (`elmo.fingerprints.model_fingerprint`), computed once."""
+        """sha256 of the biLM's architecture and weights (`elmo.formats.fingerprints.model_fingerprint`), computed once."""
         if self._fingerprint is None:
             self._fingerprint = model_fingerprint(self.elmo_bilm)
         return self._fingerprint

@@ -22,18 +22,18 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ..embed_file import OutputSpec
-from ..embed_input import MAX_LINE_TOKENS
-from ..embedder import Embedder, check_batch_size
-from ..errors import InputError
-from ..long_lines import embed_sentences_windowed
-from ..threads import default_threads, set_threads
+from elmo.embed.embedder import Embedder, check_batch_size
+from elmo.embed.input_file import MAX_LINE_TOKENS
+from elmo.embed.long_lines import embed_sentences_windowed
+from elmo.embed.output_file import OutputSpec
+from elmo.errors import InputError
+from elmo.model.threads import default_threads, set_threads
 
 OUTPUT_COLUMN = "elmo"
 
 
 def actor_cpus() -> int:
-    """The CPUs Ray assigned to this worker (its `num_cpus`), else `elmo.threads.default_threads()`."""
+    """The CPUs Ray assigned to this worker (its `num_cpus`), else `elmo.model.threads.default_threads()`."""
     try:
         import ray
 

@@ -18,9 +18,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..errors import ElmoError, InputError, OutputError
-from ..fileio import MAX_LINE_BYTES, atomic_path, json_text, output_lock
-from ..threads import usable_cpus
+from elmo.errors import ElmoError, InputError, OutputError
+from elmo.files.fileio import atomic_path, json_text, output_lock
+from elmo.files.text_lines import MAX_LINE_BYTES
+from elmo.model.threads import usable_cpus
+
 from .ray import OUTPUT_COLUMN, ElmoBatchEmbedder
 from .ray_parts import FASTA_COLUMN, Part, input_files, plan_parts, read_part, vector_array
 
@@ -141,8 +143,8 @@ def write_manifest(output: str, manifest: dict, complete: bool) -> None:
 
 def model_identity(model: str | None) -> str:
     """The model's files' fingerprint where it is a local original model, else its reference."""
-    from ..fingerprints import files_fingerprint
-    from ..models import resolve
+    from elmo.formats.fingerprints import files_fingerprint
+    from elmo.models import resolve
 
     try:
         files = resolve(model).original_files()

@@ -15,9 +15,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..errors import InputError
-from ..fileio import MAX_LINE_BYTES
-from ..text_lines import decode_line, iter_raw_lines, open_binary, read_line
+from elmo.errors import InputError
+from elmo.files.text_lines import MAX_LINE_BYTES, decode_line, iter_raw_lines, open_binary, read_line
 
 FORMATS = {"text": (".txt", ".txt.gz", ".txt.bz2", ".txt.xz"), "jsonl": (".jsonl", ".json", ".jsonl.gz"),
            "parquet": (".parquet",), "fasta": (".fasta", ".fa", ".faa", ".fasta.gz", ".fa.gz", ".faa.gz")}
@@ -123,7 +122,7 @@ def _parquet_parts(path: str, part_rows: int, first_id: int, index: int) -> list
 def fasta_records(path: str, uppercase: bool = False) -> list:
     """The proteins code's FASTA reader (Biopython; every record checked, one line naming a bad one)."""
     try:
-        from ..proteins.fasta import read_fasta
+        from elmo.proteins.fasta import read_fasta
 
         return read_fasta(path, uppercase)
     except ImportError as e:

@@ -30,14 +30,21 @@ from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.util import minibatch
 
-from ..bilm import BiLM
-from ..devices import check_device
-from ..embedder import check_batch_size
-from ..errors import InputError, ModelFileError
-from ..models import OPTIONS_NAME, WEIGHTS_NAME
-from ..weights import load_bilm
-from .common import (DEFAULT_THREADS, check_reference, check_threads_setting, layers_in_batch, resolve_reference,
-                     use_threads)
+from elmo.embed.embedder import check_batch_size
+from elmo.errors import InputError, ModelFileError
+from elmo.files.layout import OPTIONS_NAME, WEIGHTS_NAME
+from elmo.formats.weights import load_bilm
+from elmo.model.bilm import BiLM
+from elmo.model.devices import check_device
+
+from .common import (
+    DEFAULT_THREADS,
+    check_reference,
+    check_threads_setting,
+    layers_in_batch,
+    resolve_reference,
+    use_threads,
+)
 from .spacy_files import bilm_files, bilm_from_files, pack_files, save_as_loaded, unpack_files
 
 LAYER_VIEWS = ("all", "top", "average")

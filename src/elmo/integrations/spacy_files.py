@@ -18,10 +18,10 @@ from pathlib import Path
 
 import torch
 
-from ..bilm import BiLM
-from ..errors import ModelFileError
-from ..models import OPTIONS_NAME, WEIGHTS_NAME
-from ..weights import dataset_map, load_bilm, save_bilm
+from elmo.errors import ModelFileError
+from elmo.files.layout import OPTIONS_NAME, WEIGHTS_NAME
+from elmo.formats.weights import dataset_map, load_bilm, save_bilm
+from elmo.model.bilm import BiLM
 
 FILE_NAMES = (OPTIONS_NAME, WEIGHTS_NAME)
 

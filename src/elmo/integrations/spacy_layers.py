@@ -27,11 +27,18 @@ from spacy.tokens import Doc
 from thinc.api import Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats2d
 
-from ..allocator import physical_memory
-from ..bilm import BiLM
-from ..errors import InputError, ModelFileError
-from .common import (DEFAULT_THREADS, check_reference, check_threads_setting, layers_in_batch, resolve_reference,
-                     use_threads)
+from elmo.errors import InputError, ModelFileError
+from elmo.model.allocator import physical_memory
+from elmo.model.bilm import BiLM
+
+from .common import (
+    DEFAULT_THREADS,
+    check_reference,
+    check_threads_setting,
+    layers_in_batch,
+    resolve_reference,
+    use_threads,
+)
 from .spacy_files import bilm_files, bilm_from_files
 
 MIX_NAME = "elmo_mix"

@@ -3,6 +3,9 @@
 `LabModels` holds what is computed with (biLM, optional LM softmax, taggers, mix presets, results),
 `build_reference` embeds the real sentences neighbours come from, `create_app` serves both. The
 web framework (Starlette) is an optional extra: `pip install "elmo-bilm[lab]"`.
+
+May import: elmo_char_ids, elmo.embed, elmo.errors, elmo.files, elmo.formats, elmo.hub, elmo.model, elmo.models,
+elmo.tasks, elmo.tf, elmo.training.
 """
 
 from .lab_models import LabModels

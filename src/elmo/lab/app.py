@@ -21,7 +21,8 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..errors import ElmoError
+from elmo.errors import ElmoError
+
 from . import panels_tasks, panels_words
 from .admission import Admission, ClientGone, LabBusy, install_checkpoints, wait_for_disconnect
 from .examples import AMBIGUOUS

@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..tasks.readers import read_conllu
-from ..tasks.wsd_data import WsdSentence, read_glosses, read_gold_keys, read_raganato_xml
+from elmo.tasks.readers import read_conllu
+from elmo.tasks.wsd_data import WsdSentence, read_glosses, read_gold_keys, read_raganato_xml
 
 # Ambiguous SemCor words and two of their WordNet 3.0 senses each (the most frequent two in SemCor,
 # except where a clearer pair was close behind). Keys are what SemCor's gold file uses.

@@ -20,7 +20,7 @@ from collections.abc import Collection, Iterable
 
 from starlette.responses import JSONResponse
 
-from ..errors import InputError
+from elmo.errors import InputError
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 WILDCARDS = ("0.0.0.0", "::", "")

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InputError
+from elmo.errors import InputError
 
 
 class LabInputError(InputError):

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..bilm import BiLM
-from ..embedder import Embedder
-from ..errors import InputError, ModelFileError
-from ..models import resolve
-from ..weights import load_bilm
+from elmo.embed.embedder import Embedder
+from elmo.errors import InputError, ModelFileError
+from elmo.formats.weights import load_bilm
+from elmo.model.bilm import BiLM
+from elmo.models import resolve
+
 from . import results as results_mod
 from .lm_head import LMHead
 from .task_models import MixPreset, TaggerView, load_preset, tagger_view

@@ -10,8 +10,8 @@ import os
 
 import numpy as np
 
-from ..training.softmax import load_softmax
-from ..training.vocab import Vocab
+from elmo.formats.lm_vocab import Vocab
+from elmo.training.softmax import load_softmax
 
 
 class LMHead:

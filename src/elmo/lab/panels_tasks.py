@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..chars import batch_to_ids
+from elmo.model.chars import batch_to_ids
+
 from .inputs import Limits, field, sentence_tokens
 from .lab_models import LabModels
 from .reference import ReferenceSet

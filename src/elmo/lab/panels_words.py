@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..chars import PAD_CHAR, token_to_ids
+from elmo.model.chars import PAD_CHAR, token_to_ids
+
 from .inputs import LabInputError, Limits, field, number_list, paragraph_sentences, sentence_tokens, token_index
 from .lab_models import LabModels
 from .reference import ReferenceSet

@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..bilm import BiLM
-from ..embedder import Embedder
-from ..weights import model_fingerprint
+from elmo.embed.embedder import Embedder
+from elmo.formats.fingerprints import model_fingerprint
+from elmo.model.bilm import BiLM
+
 from . import corpora
 from .examples import EXAMPLE_SENTENCES
 from .trace import char_stages

@@ -14,8 +14,8 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import InputError
-from ..tasks.paper import TABLE1, aggregate_runs, error_reduction
+from elmo.errors import InputError
+from elmo.tasks.paper import TABLE1, aggregate_runs, error_reduction
 
 
 def find_results(explicit: str | os.PathLike | None = None) -> Path | None:

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError, InputFileNotFound, ModelFileError
-from ..tasks.predict import load_tagger, load_task_model
+from elmo.errors import InputError, InputFileNotFound, ModelFileError
+from elmo.tasks.predict import load_tagger, load_task_model
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..bilm import CharEncoder
-from ..chars import BOS_CHAR, BOW_CHAR, EOS_CHAR, EOW_CHAR, PAD_CHAR, batch_to_ids
+from elmo.model.bilm import CharEncoder
+from elmo.model.chars import BOS_CHAR, BOW_CHAR, EOS_CHAR, EOW_CHAR, PAD_CHAR, batch_to_ids
 
 MARKERS = {BOW_CHAR: "⟨", EOW_CHAR: "⟩", PAD_CHAR: "·", BOS_CHAR: "<S>", EOS_CHAR: "</S>"}
 

@@ -16,8 +16,8 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..errors import InputError
-from ..fileio import check_file
+from elmo.errors import InputError
+from elmo.files.fileio import check_file
 
 STANDARD_RESIDUES = "ACDEFGHIKLMNPQRSTVWY"
 SEQVEC_ALPHABET = frozenset(STANDARD_RESIDUES + "UOBZX")

@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..bilm import BiLM
-from ..errors import ModelFileError, ModelFileNotFound
-from ..models import ModelFiles, resolve
-from ..options import BiLMConfig
-from ..weights import dataset_map, save_bilm
+from elmo.errors import ModelFileError, ModelFileNotFound
+from elmo.files.layout import ModelFiles
+from elmo.formats.weights import dataset_map, save_bilm
+from elmo.model.bilm import BiLM
+from elmo.model.options import BiLMConfig
+from elmo.models import resolve
 
 SEQVEC_MODEL = "seqvec"  # the catalog's name (src/elmo/hub/catalog.json)
 SEQVEC_OPTIONS = {

@@ -24,9 +24,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..errors import InputError, OutputError
-from ..fileio import atomic_path, hash_file, output_lock
-from ..torch_files import load_torch_file
+from elmo.errors import InputError, OutputError
+from elmo.files.fileio import atomic_path, hash_file, output_lock
+from elmo.files.torch_files import load_torch_file
+
 from .fasta import Protein, read_fasta
 from .seqvec import SeqVecEmbedder, residue_batches
 

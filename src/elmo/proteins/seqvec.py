@@ -17,10 +17,11 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from ..allennlp09_embedder import ElmoEmbedder as ElmoEmbedder09
-from ..embedder import Embedder
-from ..errors import InputError
-from ..long_lines import LONG_LINE_WINDOW, check_window, embed_in_windows
+from elmo.allennlp.elmo_embedder import ElmoEmbedder as ElmoEmbedder09
+from elmo.embed.embedder import Embedder
+from elmo.embed.long_lines import LONG_LINE_WINDOW, check_window, embed_in_windows
+from elmo.errors import InputError
+
 from .model_files import seqvec_files
 
 logger = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class SeqVecEmbedder:
     `stateful=True` (default) is bio_embeddings' behaviour: AllenNLP 0.9's carried state, after `warmup_rounds`
     embeddings of `WARMUP_SEQUENCE`. `stateful=False`: every sequence from zero state, so its vectors depend on it
     alone, and a sequence longer than `window` residues is embedded in windows with the state carried inside it
-    (exact, memory bounded; elmo.long_lines). `int8=True` runs the matrix products in int8 (CPU only).
+    (exact, memory bounded; elmo.embed.long_lines). `int8=True` runs the matrix products in int8 (CPU only).
     """
 
     name = "seqvec"

@@ -3,6 +3,9 @@
 `POST /v1/embeddings` in OpenAI's format, `POST /embed` for each token's layers, `GET /health`,
 `GET /metrics` (Prometheus) and `GET /openapi.json`. Concurrent requests are batched (`batcher.py`),
 every sentence from zero state. Needs the serve extra: `pip install "elmo-bilm[serve]"`.
+
+May import: the package face, elmo_char_ids, elmo.embed, elmo.errors, elmo.files, elmo.formats, elmo.hub, elmo.lab,
+elmo.model, elmo.models, elmo.tf.
 """
 
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ..embed_file import OutputSpec
-from ..lab.inputs import LabInputError
+from elmo.embed.output_file import OutputSpec
+from elmo.lab.inputs import LabInputError
 
 ENCODINGS = ("float", "base64")
 

@@ -25,13 +25,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..embed_file import OutputSpec
-from ..embedder import Embedder
-from ..errors import ElmoError
-from ..lab.admission import wait_for_disconnect
-from ..lab.app import read_json
-from ..lab.hosts import LOOPBACK
-from ..lab.inputs import LabInputError
+from elmo.embed.embedder import Embedder
+from elmo.embed.output_file import OutputSpec
+from elmo.errors import ElmoError
+from elmo.lab.admission import wait_for_disconnect
+from elmo.lab.app import read_json
+from elmo.lab.hosts import LOOPBACK
+from elmo.lab.inputs import LabInputError
+
 from .api import EmbeddingsRequest, EmbedRequest, ModelShape, RequestError, ServeLimits
 from .batcher import Batcher, ClientGone, QueueFull, WorkerLost
 from .http import AnswerBudget, ChunkedResponse, Stalls

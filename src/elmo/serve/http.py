@@ -18,7 +18,7 @@ import logging
 import uvicorn
 from starlette.responses import Response
 
-from ..lab.server import GuardedProtocol, ServerLimits, backlog, connection_cap
+from elmo.lab.server import GuardedProtocol, ServerLimits, backlog, connection_cap
 
 log = logging.getLogger("elmo.serve")
 CHUNK = 1 << 18  # bytes of an answer handed to the transport at a time

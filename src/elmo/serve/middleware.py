@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection
 
 from starlette.responses import JSONResponse
 
-from ..lab.hosts import host_allowed
+from elmo.lab.hosts import host_allowed
 
 access_log = logging.getLogger("elmo.serve.access")
 OPEN_PATHS = ("/health", "/ready")  # probes answer without a key

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import __version__
+from elmo import __version__
 
 _ERROR = {"description": "JSON error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
 _VECTOR = {"oneOf": [{"type": "array", "items": {"type": "number"}},

@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ModelFileError
+from elmo.errors import ModelFileError
+
 from . import worker
 from .batcher import WorkerLost
 

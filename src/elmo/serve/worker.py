@@ -30,9 +30,9 @@ def load(model, int8: bool, threads: int | None) -> tuple[int, int, int] | str:
     global _embedder
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C reaches the whole group: the server stops its workers
     try:
-        from ..embedder import Embedder
-        from ..errors import ElmoError
-        from ..threads import set_threads
+        from elmo.embed.embedder import Embedder
+        from elmo.errors import ElmoError
+        from elmo.model.threads import set_threads
 
         set_threads(threads, "--threads")
         _embedder = Embedder.from_model(model, int8=int8)

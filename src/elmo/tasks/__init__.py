@@ -3,6 +3,9 @@
 Task models take ELMo as the paper does (frozen biLM, a learned scalar mix per task, concatenated
 with the task's own word representation, optionally also at the encoder output), trained on
 features cached once per data set. `load_tagger(path).predict(tokens)` runs a trained tagger.
+
+May import: elmo_char_ids, elmo.embed, elmo.errors, elmo.files, elmo.formats, elmo.hub, elmo.model, elmo.models,
+elmo.tf.
 """
 
 from .crf import CRF, bio_constraints

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..embedder import Embedder
-from ..errors import InputError
+from elmo.embed.embedder import Embedder
+from elmo.errors import InputError
+
 from .wsd_data import read_gold_keys, read_raganato_xml
 
 # Classic ambiguous English words (nouns and verbs with distinct senses in WordNet).

@@ -8,7 +8,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
-from ..chars import batch_to_ids
+from elmo.model.chars import batch_to_ids
+
 from .features import FeatureCache
 from .layers import TaskBatch
 from .readers import Example

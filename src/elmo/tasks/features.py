@@ -4,7 +4,7 @@ The biLM is frozen in these experiments, so its L+1 layers never change for a se
 them once and training the task model on the cache is what makes the experiments affordable on a
 CPU. A cache file's name carries a hash of the model files and of the sentences, so a changed model
 or data set never reuses a stale cache. Features with document context (each sentence's vectors from
-its whole document, `elmo.documents`) are cached under a name that also carries the documents'
+its whole document, `elmo.embed.documents`) are cached under a name that also carries the documents'
 boundaries; sentence-mode names are as they always were.
 """
 
@@ -17,17 +17,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import h5py
 import numpy as np
 
-from ..documents import check_context
-from ..embed_file import embed_file
-from ..embedder import Embedder
-from ..errors import InputError
-from ..fileio import atomic_path
-from ..fingerprints import files_fingerprint
-from ..hdf5_files import open_hdf5
-from ..models import resolve
+from elmo.embed.documents import check_context
+from elmo.embed.embedder import Embedder
+from elmo.embed.stream import embed_file
+from elmo.errors import InputError
+from elmo.files.fileio import atomic_path
+from elmo.files.hdf5_files import open_hdf5
+from elmo.formats.fingerprints import files_fingerprint
+from elmo.models import resolve
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ class ElmoSpec:
     options_file: str
     weight_file: str
     name: str | None = None
-    int8: bool = False  # features from the int8 biLM (`elmo.int8`): cached under their own key
+    int8: bool = False  # features from the int8 biLM (`elmo.model.int8`): cached under their own key
 
     @classmethod
     def resolve(cls, model: str | None = None, options: str | None = None, weights: str | None = None,
@@ -56,7 +55,7 @@ class ElmoSpec:
 
     def num_layers(self) -> int:
         """L+1: the token layer and the LSTM layers, from options.json (checked before any work is done)."""
-        from ..options import read_options
+        from elmo.model.options import read_options
         return read_options(self.options_file).n_layers + 1
 
     def describe(self) -> str:

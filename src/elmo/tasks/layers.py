@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
-from ..scalar_mix import ScalarMix
+from elmo.model.scalar_mix import ScalarMix
 
 N_CHAR_IDS = 262  # batch_to_ids codes: 0 = padding, 1..261 = bytes and markers
 PAD_ID = 261  # the in-token padding code (PAD_CHAR + 1) that fills a token's unused slots

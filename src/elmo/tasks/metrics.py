@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from ..fileio import atomic_path, json_text
+from elmo.files.fileio import atomic_path, json_text
 
 
 def span_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict[str, float]:
@@ -17,7 +17,7 @@ def span_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -
     try:
         from seqeval.metrics import f1_score, precision_score, recall_score
     except ImportError:
-        from ..errors import InputError
+        from elmo.errors import InputError
         raise InputError("span F1 needs seqeval: pip install 'elmo-bilm[tasks]'") from None
     gold, predicted = [list(s) for s in gold], [list(s) for s in predicted]
     if len(gold) != len(predicted) or any(len(g) != len(p) for g, p in zip(gold, predicted)):

@@ -2,7 +2,7 @@
 
 Format elmo-task-model/2 is a torch.save of a dict whose values are str/int/float/bool/None, lists
 and dicts of those, and the model's state_dict (tensors); it loads with weights_only=True
-(elmo.torch_files). Format 1 (older elmo) was read with plain pickle and is refused; a format-1 file
+(elmo.files.torch_files). Format 1 (older elmo) was read with plain pickle and is refused; a format-1 file
 that holds only plain data is re-saved by `python -m elmo.tasks.model_file OLD NEW`.
 """
 
@@ -15,9 +15,10 @@ from typing import Any
 
 import torch
 
-from ..errors import ElmoError, ModelFileError
-from ..fileio import atomic_path
-from ..torch_files import check_plain, load_torch_file
+from elmo.errors import ElmoError, ModelFileError
+from elmo.files.fileio import atomic_path
+from elmo.files.torch_files import check_plain, load_torch_file
+
 from .layers import ModelConfig
 
 CHECKPOINT_FORMAT = "elmo-task-model/2"

@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError
+from elmo.errors import InputError
 
 
 @dataclass(frozen=True)

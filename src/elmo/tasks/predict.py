@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ..errors import ElmoError, InputError, ModelFileError
+from elmo.errors import ElmoError, InputError, ModelFileError
+
 from .data import make_batch
 from .features import ElmoSpec, bilm_token
 from .model_file import read_task_model

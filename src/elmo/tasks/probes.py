@@ -21,9 +21,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..errors import InputError
-from ..fileio import atomic_path
-from ..hdf5_files import open_hdf5
+from elmo.errors import InputError
+from elmo.files.fileio import atomic_path
+from elmo.files.hdf5_files import open_hdf5
+
 from .features import ElmoSpec, bilm_token, build_cache, document_ids, sentences_fingerprint
 from .metrics import accuracy
 from .readers import read_task_file

@@ -10,9 +10,9 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..documents import DOCSTART
-from ..errors import InputError
-from ..fileio import iter_lines, open_text
+from elmo.embed.documents import DOCSTART
+from elmo.errors import InputError
+from elmo.files.fileio import iter_lines, open_text
 
 
 @dataclass

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from ..errors import InputError, InputFileNotFound
-from ..fileio import atomic_path, check_file, iter_lines
+from elmo.errors import InputError, InputFileNotFound
+from elmo.files.fileio import atomic_path, check_file, iter_lines
 
 
 def _gensim():

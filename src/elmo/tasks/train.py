@@ -13,10 +13,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..devices import move_tensors
-from ..documents import check_context
-from ..errors import InputError
-from ..fileio import check_not_input
+from elmo.embed.documents import check_context
+from elmo.errors import InputError
+from elmo.files.output_paths import check_not_input
+from elmo.model.devices import move_tensors
+
 from .classifier import SentenceClassifier
 from .data import TaskData
 from .features import ElmoSpec, build_cache, document_ids

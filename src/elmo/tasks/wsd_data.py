@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from xml.parsers import expat
 
-from ..errors import InputError
-from ..fileio import check_file
+from elmo.errors import InputError
+from elmo.files.fileio import check_file
+
 from .readers import numbered_lines as _lines
 
 # Coarse POS of the framework -> WordNet ss_types (3 adjective, 5 adjective satellite).

@@ -19,12 +19,14 @@ import h5py
 import numpy as np
 import torch
 
-from elmo.chars import N_CODES
 from elmo.errors import ModelFileError, ModelFileNotFound
-from elmo.fileio import atomic_dir, check_not_input
-from elmo.layout import OPTIONS_NAME, SOFTMAX_NAME, VOCAB_NAME, WEIGHTS_NAME
-from elmo.options import BiLMConfig
-from elmo.tf.checkpoint import TFCheckpoint, latest_checkpoint
+from elmo.files.fileio import atomic_dir
+from elmo.files.layout import OPTIONS_NAME, SOFTMAX_NAME, VOCAB_NAME, WEIGHTS_NAME
+from elmo.files.output_paths import check_not_input
+from elmo.model.chars import N_CODES
+from elmo.model.options import BiLMConfig
+
+from .checkpoint import TFCheckpoint, latest_checkpoint
 
 SCOPE = "lm/"
 SOFTMAX_W, SOFTMAX_B = "lm/softmax/W", "lm/softmax/b"
@@ -117,8 +119,8 @@ def check_floats(ckpt: TFCheckpoint, names) -> None:
 def check_against_options(ckpt: TFCheckpoint, mapped: dict[str, str], options: dict, options_file: Path) -> BiLMConfig:
     """Every biLM variable's shape against the model the options describe, and the softmax's against it, from the
     index alone (nothing read, nothing allocated): options of another model are refused before anything is written."""
-    from elmo.bilm import BiLM
-    from elmo.weights import dataset_map
+    from elmo.formats.weights import dataset_map
+    from elmo.model.bilm import BiLM
 
     config = BiLMConfig.from_options(options, source=str(options_file))
     char_shape = ckpt.entry(mapped["char_embed"]).shape
@@ -179,7 +181,7 @@ def read_softmax(ckpt: TFCheckpoint) -> tuple[np.ndarray, np.ndarray]:
 
 def matching_vocab(vocab_file: Path | None, rows: int, prefix: Path):
     """The vocabulary (if given), checked to have one word per softmax row."""
-    from elmo.lm_vocab import Vocab
+    from elmo.formats.lm_vocab import Vocab
 
     vocab = Vocab.load(vocab_file) if vocab_file is not None else None
     if vocab is not None and len(vocab) != rows:
@@ -198,8 +200,8 @@ def write_softmax(W: np.ndarray, b: np.ndarray, path: Path) -> None:
 def import_bilm_checkpoint(source: BilmCheckpoint, out_dir: str | os.PathLike, overwrite: bool = False) -> Path:
     """Write OUT: options.json (for prediction), weights.hdf5, softmax.hdf5 and (when known) vocab.txt, atomically.
     Without vocab.txt, scoring text needs the training vocabulary given again (`elmo perplexity --vocab`)."""
-    from elmo.lm_vocab import write_vocab
-    from elmo.weights import load_bilm
+    from elmo.formats.lm_vocab import write_vocab
+    from elmo.formats.weights import load_bilm
 
     check_not_input(out_dir, {"CKPT_PREFIX": str(source.prefix), "--options": source.options_file,
                               "--vocab": source.vocab_file}, flag="OUT", folder=True)

@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from elmo.errors import ModelFileError
-from elmo.tf.proto import BundleHeader, TensorEntry, parse_entry, parse_header
-from elmo.tf.table import Table, mask_crc, read_varint
+
+from .proto import BundleHeader, TensorEntry, parse_entry, parse_header
+from .table import Table, mask_crc, read_varint
 
 CHUNK_BYTES = 1 << 24  # a large tensor is read and checksummed 16 MiB at a time
 READABLE_VERSION = 1  # tensor_bundle.h: kTensorBundleVersion

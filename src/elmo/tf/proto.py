@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from elmo.errors import ModelFileError
-from elmo.tf.table import read_varint
+
+from .table import read_varint
 
 # tensorflow/core/framework/types.proto: DataType -> (name, numpy dtype or None when read specially)
 DTYPES: dict[int, tuple[str, np.dtype | None]] = {

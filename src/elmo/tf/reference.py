@@ -13,8 +13,9 @@ import os
 from pathlib import Path
 
 from elmo.errors import ModelFileError
-from elmo.layout import OPTIONS_NAME, WEIGHTS_NAME
-from elmo.tf.checkpoint import checkpoint_prefix, is_checkpoint_prefix
+from elmo.files.layout import OPTIONS_NAME, WEIGHTS_NAME
+
+from .checkpoint import checkpoint_prefix, is_checkpoint_prefix
 
 CHECKPOINT_INDEX = "checkpoint"  # the text file where TensorFlow's Saver names the newest checkpoint
 CACHE_PREFIX = "tf-"
@@ -53,9 +54,10 @@ def imported_model_dir(text: str | os.PathLike) -> Path:
     again, in the same place, when its files change (one copy per checkpoint, however often it is touched)."""
     from filelock import FileLock
 
-    from elmo.hub.cache import cache_root
-    from elmo.tf.bilm_import import find_bilm_checkpoint, import_bilm_checkpoint
-    from elmo.tf.checkpoint import TFCheckpoint
+    from elmo.files.layout import cache_root
+
+    from .bilm_import import find_bilm_checkpoint, import_bilm_checkpoint
+    from .checkpoint import TFCheckpoint
 
     path = Path(text)
     directory = path if path.is_dir() else checkpoint_prefix(path).parent
@@ -100,7 +102,7 @@ def checkpoint_from_files(files: dict[str, Path], prefix_name: str) -> Path:
     side by side into a bilm-tf run directory, then imported once."""
     from filelock import FileLock
 
-    from elmo.hub.cache import cache_root
+    from elmo.files.layout import cache_root
 
     missing = [role for role in CHECKPOINT_ROLES[:3] if role not in files]
     if missing:

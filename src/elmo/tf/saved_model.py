@@ -2,7 +2,7 @@
 attributes a TF-Hub ELMo module's settings are read from, and the signatures.
 
 Field numbers from tensorflow/core/protobuf/saved_model.proto, meta_graph.proto and framework/{graph,node_def,
-attr_value,tensor}.proto. Only what elmo.tf.hub_module asks for is decoded; the rest is skipped.
+attr_value,tensor}.proto. Only what elmo.tf.hub_import asks for is decoded; the rest is skipped.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from elmo.errors import ModelFileError, ModelFileNotFound
-from elmo.tf.proto import fields
-from elmo.tf.table import read_varint
+
+from .proto import fields
+from .table import read_varint
 
 MAX_GRAPH_BYTES = 1 << 30  # far above a graph whose weights live in variables/, as TF-Hub's do
 

@@ -4,9 +4,12 @@ export to the original model files, and held-out perplexity.
 Modules: vocab (build/load the vocabulary), data (corpus streams and batches), softmax (full and
 sampled), model (the two LMs sharing the char CNN and softmax), presets, settings (a run's options and
 run.json), checkpoint, distributed, trainer (the loop), export, perplexity.
+
+May import: elmo_char_ids, elmo.embed, elmo.errors, elmo.files, elmo.formats, elmo.hub, elmo.model, elmo.models,
+elmo.tf.
 """
 
-from ..errors import ElmoError
+from elmo.errors import ElmoError
 
 
 class TrainingError(ElmoError, RuntimeError):

@@ -27,9 +27,10 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from ..chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS, token_to_ids
-from ..devices import move_tensors
-from ..errors import InputError
+from elmo.errors import InputError
+from elmo.model.chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS, token_to_ids
+from elmo.model.devices import move_tensors
+
 from .corpus import CHUNK_LINES, DocumentSource, SentenceSource, read_sentences
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import torch
 
-from ..errors import ModelFileError
-from ..fileio import atomic_path
-from ..torch_files import check_plain, load_torch_file
-from .settings import CHECKPOINT_DIR
+from elmo.errors import ModelFileError
+from elmo.files.fileio import atomic_path
+from elmo.files.layout import CHECKPOINT_DIR
+from elmo.files.torch_files import check_plain, load_torch_file
 
 _NAME = re.compile(r"^ckpt-(\d+)\.pt$")
 

@@ -1,5 +1,5 @@
 """Corpus reading for training (docs/format.md section 7, "Batching"): corpus files named by paths or
-globs, their sentences through the one line reader (elmo.text_lines), and a `SentenceSource` that
+globs, their sentences through the one line reader (elmo.files.text_lines), and a `SentenceSource` that
 yields sentences in a seeded, shuffled order resumable exactly from a small position record, never
 holding more than one chunk of lines (a `DocumentSource` yields whole documents, separated by blank
 lines, the same way). The batchers that cut them into windows are in batchers.py.
@@ -15,10 +15,10 @@ from typing import IO
 
 import numpy as np
 
-from ..documents import check_document_length, is_document_break
-from ..errors import InputError
-from ..fileio import check_file, decode_line
-from ..text_lines import open_binary, read_line
+from elmo.embed.documents import check_document_length, is_document_break
+from elmo.errors import InputError
+from elmo.files.fileio import check_file
+from elmo.files.text_lines import decode_line, open_binary, read_line
 
 MAX_LINE_BYTES = 100_000  # far above any real sentence (wiki_corpus' longest is ~3 KB)
 CHUNK_LINES = 100_000  # lines shuffled together; memory is one chunk of raw lines
@@ -44,7 +44,7 @@ def expand_corpus(patterns: Iterable[str] | str) -> list[str]:
 
 def _open_binary(path: str) -> IO[bytes]:
     check_file(path, "a corpus file", noun="corpus file")
-    return open_binary(path)  # the one line reader of elmo.text_lines: .gz/.bz2/.xz, damage named
+    return open_binary(path)  # the one line reader of elmo.files.text_lines: .gz/.bz2/.xz, damage named
 
 
 def _read_line(f: IO[bytes], path: str, number: int) -> bytes:

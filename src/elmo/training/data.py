@@ -12,10 +12,26 @@ documents, separated by blank lines, the same way). Four batchers (`--batching`)
 
 from __future__ import annotations
 
-from .batchers import (BATCHINGS, Batch, Batcher, DocumentBatcher, OrderedBatcher, SentenceBatcher, StreamBatcher,
-                       make_batcher)
-from .corpus import (CHUNK_LINES, MAX_LINE_BYTES, DocumentSource, SentenceSource, count_targets, expand_corpus,
-                     head_counts, read_sentences)
+from .batchers import (
+                       BATCHINGS,
+                       Batch,
+                       Batcher,
+                       DocumentBatcher,
+                       OrderedBatcher,
+                       SentenceBatcher,
+                       StreamBatcher,
+                       make_batcher,
+)
+from .corpus import (
+                       CHUNK_LINES,
+                       MAX_LINE_BYTES,
+                       DocumentSource,
+                       SentenceSource,
+                       count_targets,
+                       expand_corpus,
+                       head_counts,
+                       read_sentences,
+)
 
 __all__ = ["BATCHINGS", "CHUNK_LINES", "MAX_LINE_BYTES", "Batch", "Batcher", "DocumentBatcher", "DocumentSource",
            "OrderedBatcher", "SentenceBatcher", "SentenceSource", "StreamBatcher", "count_targets", "expand_corpus",

@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ..devices import TorchrunPlace, device_of_rank
+from elmo.model.devices import TorchrunPlace, device_of_rank
 
 
 def setup(requested_device: str | None) -> tuple[int, int, torch.device]:

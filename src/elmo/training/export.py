@@ -14,18 +14,20 @@ from pathlib import Path
 
 import torch
 
-from ..bilm import BiLM
-from ..chars import N_CODES
-from ..errors import InputError
-from ..fileio import atomic_dir, check_not_input
-from ..models import ModelFiles
-from ..options import OPTIONS_NAME, BiLMConfig, read_options
-from ..weights import WEIGHTS_NAME, save_bilm
+from elmo.errors import InputError
+from elmo.files.fileio import atomic_dir
+from elmo.files.layout import CHECKPOINT_DIR, OPTIONS_NAME, RUN_FILE, SOFTMAX_NAME, VOCAB_NAME, WEIGHTS_NAME, ModelFiles
+from elmo.files.output_paths import check_not_input
+from elmo.formats.lm_vocab import Vocab, write_vocab
+from elmo.formats.weights import save_bilm
+from elmo.model.bilm import BiLM
+from elmo.model.chars import N_CODES
+from elmo.model.options import BiLMConfig, read_options
+from elmo.training.settings import read_run_file
+from elmo.training.softmax import Softmax, save_softmax
+
 from .checkpoint import latest_checkpoint, load_checkpoint, load_into
 from .model import LanguageModel
-from .settings import CHECKPOINT_DIR, RUN_FILE, read_run_file
-from .softmax import SOFTMAX_NAME, Softmax, save_softmax
-from .vocab import VOCAB_NAME, Vocab, write_vocab
 
 
 def inference_options(options: dict) -> dict:
@@ -110,7 +112,8 @@ def _fit_float16(model: LanguageModel, bilm: bool, softmax: bool, clip: bool) ->
 
 def load_model_dir(files: ModelFiles, vocab_file: str | os.PathLike | None = None) -> tuple[LanguageModel, Vocab]:
     """A MODEL_DIR's biLM with its softmax, for scoring text."""
-    from ..weights import load_bilm
+    from elmo.formats.weights import load_bilm
+
     from .softmax import load_softmax
 
     if files.softmax_file is None:

@@ -14,14 +14,16 @@ import os
 
 import torch
 
-from ..models import TrainingRun, bundled_models, resolve
-from ..options import OPTIONS_NAME, read_options
-from ..weights import load_bilm
+from elmo.files.layout import OPTIONS_NAME, VOCAB_NAME
+from elmo.formats.lm_vocab import Vocab
+from elmo.formats.weights import load_bilm
+from elmo.model.options import read_options
+from elmo.models import TrainingRun, bundled_models, resolve
+
 from .export import load_run
 from .model import LanguageModel
 from .settings import RunConfig, StartModel, check
 from .softmax import Softmax, load_softmax
-from .vocab import VOCAB_NAME, Vocab
 
 PHASES = ("softmax", "all")  # what trains: the softmax alone (biLM frozen), then every trainable weight
 

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import torch
 
+from elmo.formats.lm_vocab import Vocab
+
 from .model import LanguageModel
 from .perplexity import perplexity
 from .settings import RunConfig
-from .vocab import Vocab
 
 VALID_BATCH = 64  # sentences (or documents) per scoring batch; the figure does not depend on it
 

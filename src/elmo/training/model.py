@@ -6,9 +6,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..bilm import BiLM, CharEncoder, LstmLayer, LstmState
-from ..chars import N_CODES, PAD_CHAR
-from ..options import BiLMConfig
+from elmo.model.bilm import BiLM, CharEncoder, LstmLayer
+from elmo.model.chars import N_CODES, PAD_CHAR
+from elmo.model.lstm_kernels import LstmState
+from elmo.model.options import BiLMConfig
+
 from .data import Batch
 from .softmax import LogUniformSampler, Softmax
 

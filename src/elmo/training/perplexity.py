@@ -17,12 +17,13 @@ from pathlib import Path
 
 import torch
 
-from ..errors import ElmoError, InputError, ModelFileError
-from ..models import TrainingRun, resolve
+from elmo.errors import ElmoError, InputError, ModelFileError
+from elmo.formats.lm_vocab import Vocab
+from elmo.models import TrainingRun, resolve
+
 from .data import DocumentBatcher, DocumentSource, SentenceBatcher, SentenceSource, StreamBatcher, expand_corpus
 from .export import load_model_dir, load_run
 from .model import LanguageModel, detach_states
-from .vocab import Vocab
 
 # the state carried across sentences per row, each sentence from zero, or each document from zero
 PERPLEXITY_MODES = ("stream", "sentence", "document")

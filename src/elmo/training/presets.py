@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 
-from ..errors import InputError
+from elmo.errors import InputError
 
 ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 

@@ -9,8 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from ..fileio import atomic_path
-from .settings import METRICS_FILE, OBJECTIVES
+from elmo.files.fileio import atomic_path
+from elmo.files.layout import METRICS_FILE
+from elmo.training.settings import OBJECTIVES
 
 
 class Progress:

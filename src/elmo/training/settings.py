@@ -12,11 +12,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..errors import InputError
-from ..layout import CHECKPOINT_DIR, METRICS_FILE, RUN_FILE  # noqa: F401  (their old home, kept for imports)
-from ..options import OPTIONS_NAME, BiLMConfig, read_options
+from elmo.errors import InputError
+from elmo.files.layout import OPTIONS_NAME, RUN_FILE, VOCAB_NAME
+from elmo.formats.lm_vocab import Vocab
+from elmo.model.options import BiLMConfig, read_options
+
 from .data import BATCHINGS, CHUNK_LINES, count_targets
-from .vocab import VOCAB_NAME, Vocab
 
 # A run directory: what `elmo train` writes there (models.py recognises a run by these names).
 # Our setting name -> bilm-tf's options.json key, and the original recipe's value.

@@ -17,10 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import ElmoError, ModelFileError, ModelFileNotFound
-from ..fileio import atomic_path
-from ..hdf5_files import open_hdf5
-from ..layout import SOFTMAX_NAME  # noqa: F401  (its old home, kept for imports)
+from elmo.errors import ElmoError, ModelFileError, ModelFileNotFound
+from elmo.files.fileio import atomic_path
+from elmo.files.hdf5_files import open_hdf5
 
 
 class Softmax(nn.Module):

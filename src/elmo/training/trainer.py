@@ -19,7 +19,6 @@ import fnmatch
 import json
 import math
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,31 +27,24 @@ from typing import Any
 
 import torch
 
-from ..allocator import keep_freed_memory
-from ..devices import cpu_has_bf16
-from ..fileio import atomic_path, check_not_input
-from ..options import OPTIONS_NAME, BiLMConfig, write_options
+from elmo.files.fileio import atomic_path
+from elmo.files.layout import CHECKPOINT_DIR, METRICS_FILE, OPTIONS_NAME, RUN_FILE, VOCAB_NAME
+from elmo.files.output_paths import check_not_input
+from elmo.formats.lm_vocab import Vocab, write_vocab
+from elmo.model.allocator import keep_freed_memory
+from elmo.model.devices import cpu_has_bf16
+from elmo.model.options import BiLMConfig, write_options
+from elmo.training.settings import OBJECTIVES, RunConfig, TrainSettings, check, fresh_run, resumed_run, total_steps
+from elmo.training.vocab import check_frequency_order
+
 from . import distributed, finetune
 from .checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
 from .data import Batch, expand_corpus, head_counts, make_batcher
-from .model import LanguageModel, detach_states, new_language_model
-from .settings import (
-    CHECKPOINT_DIR,
-    METRICS_FILE,
-    OBJECTIVES,
-    RUN_FILE,
-    RunConfig,
-    TrainSettings,
-    check,
-    fresh_run,
-    resumed_run,
-    total_steps,
-)
 from .heldout import HeldOut
+from .model import LanguageModel, detach_states, new_language_model
 from .progress import Progress, truncate_metrics
 from .softmax import LogUniformSampler
 from .state import TrainingState
-from .vocab import VOCAB_NAME, Vocab, check_frequency_order, write_vocab
 
 __all__ = ["TrainSettings", "train"]
 

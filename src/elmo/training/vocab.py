@@ -1,5 +1,5 @@
 """Building the LM vocabulary from a corpus (docs/format.md 3.4): `<S>`, `</S>`, `<UNK>`, then tokens by
-descending frequency. The file itself (`Vocab`, `write_vocab`) is read and written by elmo.lm_vocab.
+descending frequency. The file itself (`Vocab`, `write_vocab`) is read and written by elmo.formats.lm_vocab.
 
 The order matters: the sampled softmax draws negatives log-uniformly over ids, which assumes that a
 small id means a frequent token.
@@ -12,9 +12,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ..errors import InputError, ModelFileError
-from ..layout import VOCAB_NAME  # noqa: F401  (its old home, kept for imports)
-from ..lm_vocab import SKIPPED_LINE, SPECIALS, UNK_TOKEN, Vocab, write_vocab  # noqa: F401  (reading one is core's)
+from elmo.errors import InputError, ModelFileError
+from elmo.formats.lm_vocab import SPECIALS, Vocab
+
 from .data import expand_corpus, read_sentences
 
 
