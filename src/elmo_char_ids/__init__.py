@@ -3,7 +3,7 @@
 `import elmo` loads torch; this package does not (it is shipped beside `elmo` in the same
 distribution, and is this one file: copy it where only numpy is installed, or install the
 distribution without its dependencies: `pip install --no-deps elmo-bilm numpy`). It makes exactly
-what `elmo.batch_to_ids` makes (`elmo.chars` takes its rule from here): per token 50 ids,
+what `elmo.batch_to_ids` makes (`elmo.model.chars` takes its rule from here): per token 50 ids,
 begin-of-word 259, the token's UTF-8 bytes + 1 (at most 48 bytes), end-of-word 260, then 261 up to 50;
 a token spelled `<S>` or `</S>` gets the sentence marker's ids (257 or 258 inside); rows of 0 pad the
 shorter sentences on the right. The sentence markers themselves are not added: the graph adds them.
