@@ -39,8 +39,9 @@ from elmo.cli import main as elmo
 from elmo.formats.lm_vocab import Vocab
 from elmo.formats.weights import save_bilm
 from elmo.model.options import BiLMConfig
+from elmo.training.batchers import BATCHINGS
 from elmo.training.checkpoint import latest_checkpoint, list_checkpoints
-from elmo.training.data import BATCHINGS, count_targets
+from elmo.training.corpus import count_targets
 from elmo.training.export import load_run
 from elmo.training.model import new_language_model
 from elmo.training.perplexity import perplexity

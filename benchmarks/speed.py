@@ -86,7 +86,8 @@ def worker_train(args) -> dict:
     from elmo.model.allocator import keep_freed_memory
     from elmo.model.options import BiLMConfig
     from elmo.training import distributed
-    from elmo.training.data import SentenceSource, StreamBatcher
+    from elmo.training.batchers import StreamBatcher
+    from elmo.training.corpus import SentenceSource
     from elmo.training.model import LanguageModel
     from elmo.training.softmax import LogUniformSampler
     from elmo.training.state import TrainingState

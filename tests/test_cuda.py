@@ -17,7 +17,8 @@ from test_golden_outputs import top_layer_halves
 from elmo import Embedder, batch_to_ids, load_bilm, remove_sentence_boundaries
 from elmo.formats.lm_vocab import Vocab, write_vocab
 from elmo.model.options import BiLMConfig
-from elmo.training.data import SentenceSource, StreamBatcher
+from elmo.training.batchers import StreamBatcher
+from elmo.training.corpus import SentenceSource
 from elmo.training.model import LanguageModel
 from elmo.training.settings import TrainSettings
 from elmo.training.trainer import train

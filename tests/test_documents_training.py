@@ -12,7 +12,8 @@ from elmo.cli import main as cli_main
 from elmo.errors import InputError
 from elmo.formats.lm_vocab import Vocab
 from elmo.model.options import BiLMConfig
-from elmo.training.data import DocumentBatcher, DocumentSource
+from elmo.training.batchers import DocumentBatcher
+from elmo.training.corpus import DocumentSource
 from elmo.training.model import LanguageModel, detach_states
 from elmo.training.perplexity import perplexity
 from elmo.training.settings import TrainSettings

@@ -992,7 +992,7 @@ def test_an_os_error_no_check_caught_is_one_line(tmp_path, capsys, monkeypatch):
 
 
 def test_training_corpora_and_embed_share_one_line_reader(tmp_path):
-    from elmo.training.data import read_sentences
+    from elmo.training.corpus import read_sentences
 
     path = tmp_path / "c.txt"
     path.write_bytes("a b\nc\x00d\n".encode())

@@ -161,7 +161,7 @@ def run_with_vocab(tmp_path, vocab, monkeypatch):
 
 
 def test_a_run_directory_or_prefix_as_a_model_reference(run_with_vocab, tmp_path):
-    from elmo.tf.reference import imported_model_dir, is_bilm_tf_reference
+    from elmo.tf.bilm_models import imported_model_dir, is_bilm_tf_reference
 
     run = run_with_vocab
     prefix = run / EXPECTED["checkpoint"]

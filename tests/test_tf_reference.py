@@ -19,7 +19,7 @@ import elmo  # noqa: E402
 import elmo.models  # noqa: E402
 from elmo.cli import main  # noqa: E402
 from elmo.hub.catalog import RemoteFile, find_published  # noqa: E402
-from elmo.tf.reference import fetch_published_checkpoint  # noqa: E402
+from elmo.tf.bilm_models import fetch_published_checkpoint  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "tf"
 EXPECTED = json.loads((DATA / "expected.json").read_text(encoding="utf-8"))["bilm_tf_test"]

@@ -20,16 +20,9 @@ from elmo.model.chars import PAD_CHAR
 from elmo.model.devices import cpu_has_bf16
 from elmo.model.options import BiLMConfig
 from elmo.training import TrainingError
+from elmo.training.batchers import OrderedBatcher, SentenceBatcher, StreamBatcher
 from elmo.training.checkpoint import list_checkpoints, load_checkpoint
-from elmo.training.data import (
-    MAX_LINE_BYTES,
-    OrderedBatcher,
-    SentenceBatcher,
-    SentenceSource,
-    StreamBatcher,
-    expand_corpus,
-    read_sentences,
-)
+from elmo.training.corpus import MAX_LINE_BYTES, SentenceSource, expand_corpus, read_sentences
 from elmo.training.model import LanguageModel, kim_initialise_
 from elmo.training.presets import preset_options
 from elmo.training.settings import TrainSettings

@@ -1,5 +1,4 @@
-"""elmo.training.batchers: each of the four batchers is a `Batcher` (the protocol the trainer uses), and the
-old import path elmo.training.data names the same objects."""
+"""elmo.training.batchers: each of the four batchers is a `Batcher` (the protocol the trainer uses)."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ import inspect
 import pytest
 
 from elmo.formats.lm_vocab import Vocab
-from elmo.training import batchers, corpus, data
+from elmo.training import batchers
 from elmo.training.batchers import BATCHINGS, Batch, Batcher, make_batcher
 
 LINES = ["the cat sat on the mat", "a dog ran far", "", "we saw it", "the dog saw a cat", "it ran"]
@@ -52,13 +51,3 @@ def test_each_batching_gives_a_batcher_that_batches_and_resumes(tiny_corpus, bat
     resumed.close()
     assert again.fwd_targets.tolist() == expected.fwd_targets.tolist()
     assert again.bwd_targets.tolist() == expected.bwd_targets.tolist()
-
-
-def test_the_old_import_path_names_the_same_objects():
-    before_the_split = {"BATCHINGS", "CHUNK_LINES", "MAX_LINE_BYTES", "Batch", "DocumentBatcher", "DocumentSource",
-                        "OrderedBatcher", "SentenceBatcher", "SentenceSource", "StreamBatcher", "count_targets",
-                        "expand_corpus", "head_counts", "make_batcher", "read_sentences"}
-    assert before_the_split <= set(data.__all__)
-    for name in data.__all__:
-        home = batchers if hasattr(batchers, name) else corpus  # batchers.py imports what it uses of corpus.py
-        assert getattr(data, name) is getattr(home, name), name

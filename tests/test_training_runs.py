@@ -27,12 +27,13 @@ from elmo.formats.lm_vocab import Vocab
 from elmo.formats.weights import dataset_map, load_bilm
 from elmo.model.chars import batch_to_ids
 from elmo.training import trainer
+from elmo.training.batchers import Batch, StreamBatcher, make_batcher
 from elmo.training.checkpoint import (
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
 )
-from elmo.training.data import Batch, SentenceSource, StreamBatcher, expand_corpus, make_batcher
+from elmo.training.corpus import SentenceSource, expand_corpus
 from elmo.training.export import load_run
 from elmo.training.model import detach_states
 from elmo.training.perplexity import perplexity

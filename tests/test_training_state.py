@@ -14,8 +14,9 @@ from elmo.errors import InputError
 from elmo.formats.lm_vocab import Vocab
 from elmo.model.options import BiLMConfig
 from elmo.training import TrainingError
+from elmo.training.batchers import StreamBatcher
 from elmo.training.checkpoint import CHECKPOINT_FIELDS, load_checkpoint, save_checkpoint
-from elmo.training.data import SentenceSource, StreamBatcher
+from elmo.training.corpus import SentenceSource
 from elmo.training.model import LanguageModel
 from elmo.training.settings import RUN_KEYS, RunConfig, read_run_file
 from elmo.training.softmax import LogUniformSampler

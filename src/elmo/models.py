@@ -40,7 +40,7 @@ from elmo.files.layout import (
 from elmo.formats.manylangs import load_manylangs
 from elmo.formats.nlpl import is_model_zip, nlpl_files
 from elmo.formats.weights import load_bilm as load_local_bilm
-from elmo.hub.references import shown
+from elmo.hub.reference_checks import shown
 from elmo.model.bilm import BiLM
 from elmo.model.int8 import quantize_bilm
 from elmo.model.options import BiLMConfig
@@ -153,8 +153,8 @@ def _original_dir(text: str) -> Model | None:
 
 def _bilm_tf_checkpoint(text: str) -> Model | None:
     """A bilm-tf run directory (options.json + `checkpoint`, the newest taken) or a TensorFlow checkpoint prefix,
-    imported once into the cache with its softmax (src/elmo/tf/reference.py)."""
-    from elmo.tf.reference import imported_model_dir, is_bilm_tf_reference
+    imported once into the cache with its softmax (src/elmo/tf/bilm_models.py)."""
+    from elmo.tf.bilm_models import imported_model_dir, is_bilm_tf_reference
 
     return Model.from_path(imported_model_dir(text), name=text) if is_bilm_tf_reference(text) else None
 
@@ -199,7 +199,7 @@ def _published(text: str) -> Fetched | None:
 
         return fetch_tfhub_module(parse_handle(published.archive.url))
     if published.checkpoint_files:  # a bilm-tf checkpoint with its softmax: fetched, then imported once
-        from elmo.tf.reference import fetch_published_checkpoint
+        from elmo.tf.bilm_models import fetch_published_checkpoint
 
         return fetch_published_checkpoint(dict(published.checkpoint_files))
     from elmo.hub.published import fetch_published

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from elmo.model.options import read_options
-from elmo.training.data import BATCHINGS
+from elmo.training.batchers import BATCHINGS
 from elmo.training.presets import PRESETS
 from elmo.training.settings import FINETUNE_DEFAULTS, LR_DEFAULTS, OBJECTIVES, WEIGHT_INITS
 

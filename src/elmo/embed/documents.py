@@ -2,7 +2,7 @@
 
 In text files, a blank line or a `-DOCSTART-` line (CoNLL's marker) ends a document.
 
-`contextualize_documents` runs a biLM over whole documents as `elmo.training.data.DocumentBatcher`
+`contextualize_documents` runs a biLM over whole documents as `elmo.training.batchers.DocumentBatcher`
 trains it: the forward LM reads the document left to right from zero state, its inputs per sentence
 `<S> w1 .. wn` (the next sentence's `<S>` follows wn); the backward LM reads the reversed document
 from zero state, per sentence (last sentence first) `</S> wn .. w1`. Long documents run in windows

@@ -1,7 +1,8 @@
 """Published ELMo models by name and by URL: the catalog, a download cache, AllenNLP's cache, archives.
 
 Submodules: catalog (the models as data), cache (where files live), download (one HTTP download),
-fetch (cache -> AllenNLP's cache -> network), allennlp_cache, archives, published (model references).
+fetch (cache -> AllenNLP's cache -> network), allennlp_cache, archives, published (model references),
+reference_checks (what a URL or hf:// name must look like), huggingface (hf://), nlpl_zip (NLPL's zips).
 Only the catalog is imported here, so `import elmo` does not import the HTTP stack.
 
 May import: elmo_char_ids, elmo.errors, elmo.files, elmo.formats, elmo.model.

@@ -60,7 +60,7 @@ class PublishedModel:
     options: RemoteFile | None = None
     weights: RemoteFile | None = None
     archive: RemoteFile | None = None
-    checkpoint_files: tuple[tuple[str, RemoteFile], ...] = ()  # format "tf-checkpoint": role -> file (elmo.tf.reference)
+    checkpoint_files: tuple[tuple[str, RemoteFile], ...] = ()  # format "tf-checkpoint": role -> file (elmo.tf.bilm_models)
     old_urls: tuple[str, ...] = ()
     language: str | None = None
     preprocessing: str | None = None

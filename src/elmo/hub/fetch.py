@@ -18,7 +18,7 @@ from .allennlp_cache import allennlp_cache_dirs, find_in_allennlp_cache
 from .cache import OFFLINE_ENV, CacheEntry, offline
 from .catalog import RemoteFile, known_file
 from .download import content_problem, download, entry_lock, file_name_of
-from .references import check_reference_text, check_segments, shown
+from .reference_checks import check_reference_text, check_segments, shown
 
 SCHEMES = ("http", "https")
 

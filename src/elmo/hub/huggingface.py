@@ -16,7 +16,7 @@ from urllib.parse import unquote
 
 from elmo.errors import DownloadError, ModelFileError, ModelFileNotFound, OfflineError
 
-from .references import check_reference_text, check_segments, control_character, shown
+from .reference_checks import check_reference_text, check_segments, control_character, shown
 
 SCHEME = "hf://"
 FORM = f"{SCHEME}OWNER/REPO[@REVISION][/PATH]"

@@ -11,7 +11,7 @@ from elmo.model.chars import N_CODES, PAD_CHAR
 from elmo.model.lstm_kernels import LstmState
 from elmo.model.options import BiLMConfig
 
-from .data import Batch
+from .batchers import Batch
 from .softmax import LogUniformSampler, Softmax
 
 States = tuple[list[LstmState], list[LstmState]]  # forward, backward

@@ -21,7 +21,8 @@ from elmo.errors import ElmoError, InputError, ModelFileError
 from elmo.formats.lm_vocab import Vocab
 from elmo.models import TrainingRun, resolve
 
-from .data import DocumentBatcher, DocumentSource, SentenceBatcher, SentenceSource, StreamBatcher, expand_corpus
+from .batchers import DocumentBatcher, SentenceBatcher, StreamBatcher
+from .corpus import DocumentSource, SentenceSource, expand_corpus
 from .export import load_model_dir, load_run
 from .model import LanguageModel, detach_states
 

@@ -17,7 +17,8 @@ from elmo.files.layout import OPTIONS_NAME, RUN_FILE, VOCAB_NAME
 from elmo.formats.lm_vocab import Vocab
 from elmo.model.options import BiLMConfig, read_options
 
-from .data import BATCHINGS, CHUNK_LINES, count_targets
+from .batchers import BATCHINGS
+from .corpus import CHUNK_LINES, count_targets
 
 # A run directory: what `elmo train` writes there (models.py recognises a run by these names).
 # Our setting name -> bilm-tf's options.json key, and the original recipe's value.

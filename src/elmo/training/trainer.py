@@ -38,8 +38,9 @@ from elmo.training.settings import OBJECTIVES, RunConfig, TrainSettings, check, 
 from elmo.training.vocab import check_frequency_order
 
 from . import distributed, finetune
+from .batchers import Batch, make_batcher
 from .checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
-from .data import Batch, expand_corpus, head_counts, make_batcher
+from .corpus import expand_corpus, head_counts
 from .heldout import HeldOut
 from .model import LanguageModel, detach_states, new_language_model
 from .progress import Progress, truncate_metrics

@@ -15,7 +15,7 @@ import numpy as np
 from elmo.errors import InputError, ModelFileError
 from elmo.formats.lm_vocab import SPECIALS, Vocab
 
-from .data import expand_corpus, read_sentences
+from .corpus import expand_corpus, read_sentences
 
 
 def count_tokens(patterns: Iterable[str], progress: bool = False) -> Counter:
