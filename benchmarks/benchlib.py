@@ -77,6 +77,16 @@ def gemm_flops(threads: int, device: str = "cpu", dtype: torch.dtype = torch.flo
     return 2.0 * size**3 / statistics.median(times[1:])
 
 
+def gemm_flops_in_child(threads: int, device: str = "cpu", dtype: str = "float32") -> float:
+    """`gemm_flops` measured in a child process, so the harness itself never starts OpenMP's threads: under
+    OMP_WAIT_POLICY=ACTIVE they would spin on a core for the rest of the run, beside every timed worker (it
+    halved the 2-thread rows once)."""
+    code = (f"import sys, torch; sys.path.insert(0, {str(HERE)!r}); from benchlib import gemm_flops; "
+            f"print(gemm_flops({threads}, {device!r}, torch.{dtype}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(done.stdout.split()[-1])
+
+
 def gemm_flops_around(threads: int, device: str, precision: str, world: int = 1) -> float:
     """The GEMM limit measured in the worker itself, on all the threads its row uses (rank 0 measures
     while other ranks wait): this VM's rate drifts by up to 2x within minutes, so each row's fraction

@@ -27,8 +27,8 @@ from benchlib import (
     HERE,
     SENTENCES,
     SPEED_WORKER,
-    gemm_flops,
     gemm_flops_around,
+    gemm_flops_in_child,
     gpu_peak_mb,
     max_diff,
     options_for,
@@ -222,9 +222,9 @@ def start_results(args, lines: list[str], threads: list[int], precisions: list[s
                            "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None},
                "sentences": len(lines), "tokens": sum(len(line.split()) for line in lines),
                "batch_size": args.batch_size,
-               "gemm_flops": {t: gemm_flops(t, args.device) for t in threads}, "embedding": [], "training": []}
+               "gemm_flops": {t: gemm_flops_in_child(t, args.device) for t in threads}, "embedding": [], "training": []}
     if "bf16" in precisions:
-        results["gemm_flops_bf16"] = {t: gemm_flops(t, args.device, torch.bfloat16) for t in threads}
+        results["gemm_flops_bf16"] = {t: gemm_flops_in_child(t, args.device, "bfloat16") for t in threads}
     for t in threads:
         print(f"GEMM limit, {t} thread(s): " + ", ".join(
             f"{p} {results['gemm_flops' + ('_bf16' if p == 'bf16' else '')][t] / 1e9:,.0f} GFLOP/s" for p in precisions),
