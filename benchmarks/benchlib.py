@@ -113,9 +113,9 @@ def gpu_peak_mb(device: str) -> float | None:
     return torch.cuda.max_memory_allocated() / 2**20 if str(device).startswith("cuda") else None
 
 
-def run_json(cmd: list[str]) -> dict:
+def run_json(cmd: list[str], env: dict | None = None) -> dict:
     """Run a worker in its own process (so peak RSS is its own) and read the JSON of its last line."""
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env)
     if out.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

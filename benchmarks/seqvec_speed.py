@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -119,14 +118,11 @@ def worker_memory(args) -> dict:
 
 
 def run(python: str, mode: str, files, threads: int, *extra: str) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-               PYTHONPATH=str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    from benchlib import code_env, run_json  # the parent only: a worker may be AllenNLP's python
+
     cmd = [python, str(Path(__file__).resolve()), mode, "--options", str(files.options_file), "--weights",
            str(files.weight_file), "--threads", str(threads), *extra]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
-    if done.returncode != 0:
-        sys.exit(f"failed: {' '.join(cmd)}\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_json(cmd, env=code_env(str(REPO / "src"), threads))
 
 
 def cosines(fp32: str, int8: str) -> dict:

@@ -59,7 +59,7 @@ def assert_same(got: list[list[np.ndarray]], want: list[list[np.ndarray]]) -> No
             np.testing.assert_allclose(g, w, atol=ATOL, rtol=RTOL)
 
 
-def check_ends_equal_sentence_mode(emb: Embedder, document: list[list[str]], atol: float = ATOL) -> None:
+def assert_ends_equal_sentence_mode(emb: Embedder, document: list[list[str]], atol: float = ATOL) -> None:
     """The first sentence's forward half and the last one's backward half are sentence mode's, every
     layer; the middle sentence differs in both halves, the first in its backward, the last in its forward."""
     doc = embed(emb, [document])[0]
@@ -77,8 +77,8 @@ def check_ends_equal_sentence_mode(emb: Embedder, document: list[list[str]], ato
 
 
 def test_ends_equal_sentence_mode_and_the_rest_differs(embedder, docs, one_thread):
-    check_ends_equal_sentence_mode(embedder, docs[2])
-    check_ends_equal_sentence_mode(embedder, docs[6])
+    assert_ends_equal_sentence_mode(embedder, docs[2])
+    assert_ends_equal_sentence_mode(embedder, docs[6])
 
 
 def test_ends_equal_sentence_mode_on_the_bundled_model(docs, one_thread):
@@ -86,7 +86,7 @@ def test_ends_equal_sentence_mode_on_the_bundled_model(docs, one_thread):
     so sentence mode itself differs by up to 2.3e-6 between a sentence alone and in a batch (measured);
     a one-sentence document is a sentence alone to the bit."""
     emb = Embedder(resolve("default").load())
-    check_ends_equal_sentence_mode(emb, docs[2], atol=1e-5)
+    assert_ends_equal_sentence_mode(emb, docs[2], atol=1e-5)
     assert np.array_equal(embed(emb, [docs[2][:1]])[0][0], emb.embed_sentence(docs[2][0]))
 
 
@@ -175,7 +175,7 @@ def test_manylangs_model_in_document_mode(one_thread):
     emb = Embedder.from_model(root / "word_char")
     their = json.loads((root / "sentences.json").read_text(encoding="utf-8"))["sentences"]
     document = [their[0], their[1], their[4], their[8]]
-    check_ends_equal_sentence_mode(emb, document)
+    assert_ends_equal_sentence_mode(emb, document)
     assert_same(embed(emb, [document, document[1:]], batch_size=1, chunk_steps=2), embed(emb, [document, document[1:]]))
 
 

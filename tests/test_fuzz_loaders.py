@@ -41,7 +41,7 @@ def mutations(data: bytes, count: int, seed: int):
         yield i, bytes(out)
 
 
-def fuzz(target: Path, load: Callable[[], object], count: int, seed: int) -> dict[str, int]:
+def assert_damage_refused(target: Path, load: Callable[[], object], count: int, seed: int) -> dict[str, int]:
     """Write each mutation over `target` and call `load`; tally the outcomes, fail on a foreign exception."""
     original = target.read_bytes()
     outcomes = {"loaded": 0, "refused": 0}
@@ -75,7 +75,7 @@ def micro_dir(tmp_path_factory):
 def test_fuzz_task_model(tmp_path):
     from elmo.tasks import load_task_model
     path = tiny_task_model(tmp_path / "m.pt")
-    fuzz(path, lambda: load_task_model(path), 300, seed=1)
+    assert_damage_refused(path, lambda: load_task_model(path), 300, seed=1)
 
 
 def test_fuzz_training_checkpoint_and_export(micro_dir, tmp_path):
@@ -84,14 +84,14 @@ def test_fuzz_training_checkpoint_and_export(micro_dir, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(micro_dir / "run", run)
     path = latest_checkpoint(run)
-    fuzz(path, lambda: load_run(run, path), 300, seed=2)
+    assert_damage_refused(path, lambda: load_run(run, path), 300, seed=2)
 
 
 def test_fuzz_run_json(micro_dir, tmp_path):
     from elmo.training.settings import read_run_file
     path = tmp_path / "run.json"
     shutil.copy(micro_dir / "run" / "run.json", path)
-    fuzz(path, lambda: read_run_file(path), 400, seed=3)
+    assert_damage_refused(path, lambda: read_run_file(path), 400, seed=3)
 
 
 @pytest.mark.parametrize("name", ["encoder.pkl", "token_embedder.pkl", "arch.json", "config.json", "char.dic", "word.dic"])
@@ -99,7 +99,7 @@ def test_fuzz_manylangs_files(tmp_path, name):
     from elmo.formats.manylangs import load_manylangs
     d = tmp_path / "ml"
     shutil.copytree(MANYLANGS, d)
-    fuzz(d / name, lambda: load_manylangs(d), 200, seed=4)
+    assert_damage_refused(d / name, lambda: load_manylangs(d), 200, seed=4)
 
 
 @pytest.mark.parametrize("name", ["options.json", "vocab.txt"])
@@ -108,14 +108,14 @@ def test_fuzz_model_dir_text_files(micro_dir, tmp_path, name):
     from elmo.training.export import load_model_dir
     d = tmp_path / "model"
     shutil.copytree(micro_dir / "model", d)
-    fuzz(d / name, lambda: load_model_dir(ModelFiles.from_dir(d)), 300, seed=5)
+    assert_damage_refused(d / name, lambda: load_model_dir(ModelFiles.from_dir(d)), 300, seed=5)
 
 
 def test_fuzz_lab_preset_json(tmp_path):
     from elmo.lab.task_models import load_preset
     path = tmp_path / "mix.json"
     path.write_text(json.dumps({"input": {"weights": [0.2, 0.3, 0.5], "gamma": 1.5}}))
-    fuzz(path, lambda: load_preset("NER", path), 300, seed=6)
+    assert_damage_refused(path, lambda: load_preset("NER", path), 300, seed=6)
 
 
 def test_torch_is_not_given_the_unsafe_load(tmp_path, monkeypatch):
@@ -133,5 +133,5 @@ def test_fuzz_hdf5_weights_and_softmax(micro_dir, tmp_path):
     from elmo.training.export import load_model_dir
     d = tmp_path / "model"
     shutil.copytree(micro_dir / "model", d)
-    fuzz(d / "weights.hdf5", lambda: load_model_dir(ModelFiles.from_dir(d)), 150, seed=8)
-    fuzz(d / "softmax.hdf5", lambda: load_model_dir(ModelFiles.from_dir(d)), 150, seed=9)
+    assert_damage_refused(d / "weights.hdf5", lambda: load_model_dir(ModelFiles.from_dir(d)), 150, seed=8)
+    assert_damage_refused(d / "softmax.hdf5", lambda: load_model_dir(ModelFiles.from_dir(d)), 150, seed=9)

@@ -98,6 +98,13 @@ class _Member(NamedTuple):
     is_plain: bool  # a regular file or a folder: no link, device or fifo
     open: Callable[[], IO[bytes]]
 
+    def read_at_most(self, limit: int) -> bytes | None:
+        """The member's bytes, or None when it holds more than `limit` (read no further than that): a budget reads
+        a small member of an archive before anything is unpacked, whatever size the member claims."""
+        with contextlib.closing(self.open()) as f:
+            data = f.read(limit + 1)
+        return None if len(data) > limit else data
+
 
 def _unpack(archive: Path, dest: Path, max_bytes: int, members: list[_Member], budget=None) -> None:
     """Check every member's name, kind and the total size first, then copy within the byte budget."""
@@ -180,9 +187,8 @@ def model_budget(archive: Path, members: list[_Member]) -> int:
         return MAX_BYTES
     member = options[0]
     try:
-        with contextlib.closing(member.open()) as f:
-            data = f.read(OPTIONS_BYTES + 1)
-        if len(data) > OPTIONS_BYTES:
+        data = member.read_at_most(OPTIONS_BYTES)
+        if data is None:
             raise ModelFileError(f"{archive}: member {member.name!r} is over {OPTIONS_BYTES} bytes, not an options.json")
         declared = json.loads(data.decode("utf-8"))
         config = BiLMConfig.from_options(declared, source=f"{archive}: member {member.name!r}")

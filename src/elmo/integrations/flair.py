@@ -17,8 +17,8 @@ which then loads anywhere with nothing else (21.7 MB for the bundled model: the 
 resolves the reference (from the cache, or downloads it) and refuses weights that differ. Either
 way the saved record is an instance of a class of this module, so unpickling the tagger imports it
 and registers the class with flair: a fresh process needs no import (docs/integrations.md). Every field of
-the record is checked before anything is built (`check_record`): flair unpickles a tagger file
-(`torch.load(weights_only=False)`, which can run code from the file: load only taggers you trust), and a record
+the record is checked before anything is built (`check_record`): flair's own loader unpickles a tagger file
+without torch's weights-only guard, so such a file can run code (load only taggers you trust), and a record
 that says `char_rows` 10**9 must be refused, not allocated.
 """
 

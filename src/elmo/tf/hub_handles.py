@@ -189,9 +189,8 @@ def module_budget(archive: Path, members: list) -> int:
     member = index[0]
     with tempfile.TemporaryDirectory(prefix=".tfhub-index-") as tmp:
         try:
-            with contextlib.closing(member.open()) as f:
-                data = f.read(MAX_INDEX_BYTES + 1)
-            if len(data) > MAX_INDEX_BYTES:
+            data = member.read_at_most(MAX_INDEX_BYTES)
+            if data is None:
                 raise ModelFileError(f"over {MAX_INDEX_BYTES:,} bytes")
             (Path(tmp) / "variables.index").write_bytes(data)
             entries = TFCheckpoint(Path(tmp) / "variables").entries
